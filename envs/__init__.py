@@ -1,0 +1,47 @@
+"""jaxpo environments: the array protocol, jaxpo's own networked environments and
+the JaxMARL adapter, all reachable by name through :func:`make`.
+
+    >>> from jaxpo import envs
+    >>> env = envs.make("MPE_simple_spread_v3", local_ratio=0.5)
+    >>> env = envs.make("traffic_grid", rows=8, cols=8)
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import AutoReset, Env, TimeStep
+
+# jaxpo's own environments: name -> "module:Class" (imported on first use).
+REGISTRY: dict[str, str] = {
+    "public_goods": "jaxpo.envs.public_goods:PublicGoods",
+    "traffic_grid": "jaxpo.envs.traffic:TrafficGrid",
+    "wireless": "jaxpo.envs.wireless:WirelessAccess",
+}
+
+
+def registered_names() -> list[str]:
+    """Names :func:`make` accepts besides any JaxMARL environment name."""
+    from .jaxmarl_adapter import SUPPORTED_JAXMARL
+
+    return sorted(REGISTRY) + sorted(SUPPORTED_JAXMARL)
+
+
+def make(name: str, **kwargs) -> Env:
+    """Builds environment ``name`` with keyword parameters ``kwargs``.
+
+    ``name`` is one of jaxpo's own environments (``REGISTRY``) or a JaxMARL
+    environment name (wrapped by :class:`~jaxpo.envs.jaxmarl_adapter.JaxMARLAdapter`).
+    The result follows the array protocol; wrap it in :class:`AutoReset` for rollouts.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"env name must be a non-empty string, got {name!r}")
+    if name in REGISTRY:
+        module_name, cls_name = REGISTRY[name].split(":")
+        return getattr(importlib.import_module(module_name), cls_name)(**kwargs)
+    from .jaxmarl_adapter import JaxMARLAdapter
+
+    return JaxMARLAdapter.from_name(name, **kwargs)
+
+
+__all__ = ["AutoReset", "Env", "TimeStep", "make", "registered_names", "REGISTRY"]

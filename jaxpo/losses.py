@@ -1,0 +1,220 @@
+"""The support-matrix clipped surrogate, the clipped value loss and the entropy bonus.
+
+Pure functions. N agents; the last axis of every per-agent array is the agent axis.
+
+* ``S_A[i, j]`` — weight of agent j's advantage in term i: ``Â_i = Σ_j S_A[i, j] A_j``.
+* ``S_R[k, i] = 1`` — agent k's ratio is a factor of term i:
+  ``log ρ̄_i = Σ_k S_R[k, i] log ρ_k``.
+* Objective ``L = Σ_i E[min(ρ̄_i Â_i, clip(ρ̄_i, 1 − ε, 1 + ε) Â_i)]``: the product
+  ``ρ̄_i`` is clipped as one importance weight; terms are *summed* and the batch is
+  *averaged*. Summing (not averaging) over terms makes ippo (S_A = S_R = I) with
+  per-agent parameters give agent k exactly its own single-agent PPO gradient.
+
+Every matrix, ε and coefficient may be a traced value (the train function is
+vmapped over them), so none of them enters Python control flow. Data inputs
+(old log-probs, advantages, old values, returns) are wrapped in ``stop_gradient``:
+gradients flow only through the current ``log_prob``, ``values`` and ``entropy``.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+NORMALIZE_SCOPES = ("none", "batch", "agent")
+_EPS = 1e-8
+# Full-precision contraction: the default matmul precision on TPU/GPU may round to
+# bf16/tf32, which would perturb log-ratio sums that get exponentiated.
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _check_support(x: chex.Array, S: chex.Array) -> None:
+    if jnp.ndim(x) < 1:
+        raise ValueError(f"expected a trailing agent axis [..., N]; got shape {jnp.shape(x)}")
+    n = jnp.shape(x)[-1]
+    chex.assert_shape(S, (n, n))
+
+
+def aggregate_advantages(advantages: chex.Array, S_A: chex.Array) -> chex.Array:
+    """Term advantages ``Â_i = Σ_j S_A[i, j] A_j``.
+
+    Args:
+      advantages: ``[..., N]`` per-agent advantages A_j.
+      S_A: ``[N, N]`` advantage support (row i = weights of term i).
+
+    Returns:
+      ``[..., N]`` term advantages Â_i.
+    """
+    _check_support(advantages, S_A)
+    return jnp.einsum("...j,ij->...i", advantages, S_A, precision=_HIGHEST)
+
+
+def aggregate_log_ratio(log_ratio: chex.Array, S_R: chex.Array) -> chex.Array:
+    """Log of the term importance weights ``log ρ̄_i = Σ_k S_R[k, i] log ρ_k``.
+
+    Args:
+      log_ratio: ``[..., N]`` per-agent ``log π_k(a_k|o_k) − log π_k,old(a_k|o_k)``.
+      S_R: ``[N, N]`` 0/1 ratio support (column i = factors of term i).
+
+    Returns:
+      ``[..., N]`` ``log ρ̄_i``.
+    """
+    _check_support(log_ratio, S_R)
+    return jnp.einsum("...k,ki->...i", log_ratio, S_R, precision=_HIGHEST)
+
+
+def normalize_advantages(advantages: chex.Array, scope: str) -> chex.Array:
+    """Standardise advantages: ``(A − mean) / (std + 1e-8)``.
+
+    Args:
+      advantages: ``[B..., N]`` (any leading axes, agent axis last).
+      scope: static string. ``"none"`` returns the input; ``"batch"`` uses one
+        mean/std over all entries; ``"agent"`` uses a mean/std per agent over all
+        leading axes.
+
+    Returns:
+      ``[B..., N]`` normalised advantages.
+
+    Raises:
+      ValueError: if ``scope`` is not one of ``"none"``, ``"batch"``, ``"agent"``.
+    """
+    if scope not in NORMALIZE_SCOPES:
+        raise ValueError(f"scope must be one of {NORMALIZE_SCOPES}; got {scope!r}")
+    if jnp.ndim(advantages) < 1:
+        raise ValueError(
+            f"advantages must have a trailing agent axis [B..., N]; got shape "
+            f"{jnp.shape(advantages)}"
+        )
+    if scope == "none":
+        return advantages
+    axes = None if scope == "batch" else tuple(range(jnp.ndim(advantages) - 1))
+    mean = jnp.mean(advantages, axis=axes, keepdims=True)
+    std = jnp.std(advantages, axis=axes, keepdims=True)
+    return (advantages - mean) / (std + _EPS)
+
+
+def policy_loss(
+    log_prob: chex.Array,
+    old_log_prob: chex.Array,
+    advantages: chex.Array,
+    S_R: chex.Array,
+    clip_eps: chex.Numeric,
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """Support-matrix clipped surrogate loss (negated objective, to minimise).
+
+    ``ρ̄_i = exp(Σ_k S_R[k, i] (log_prob_k − old_log_prob_k))`` and
+
+        loss = − Σ_i mean_b min(ρ̄_i Â_i, clip(ρ̄_i, 1 − ε, 1 + ε) Â_i)
+
+    (sum over terms, mean over the batch). The product ρ̄_i is clipped as one
+    weight, not factor by factor.
+
+    Args:
+      log_prob: ``[B, N]`` per-agent ``log π_k(a_k|o_k)`` under the current policy.
+      old_log_prob: ``[B, N]`` the same under the behaviour policy.
+      advantages: ``[B, N]`` term advantages Â_i, already aggregated with S_A
+        (``aggregate_advantages``) and normalised.
+      S_R: ``[N, N]`` 0/1 ratio support; may be traced.
+      clip_eps: scalar ε; may be traced.
+
+    Returns:
+      ``(loss, metrics)``: scalar loss; metrics ``"clip_frac"`` (fraction of (b, i)
+      with ``|ρ̄_i − 1| > ε``) and ``"approx_kl"`` (mean over b and agents k of
+      ``(ρ_k − 1) − log ρ_k``, per-agent ratios).
+    """
+    chex.assert_rank([log_prob, old_log_prob, advantages], 2)
+    chex.assert_equal_shape([log_prob, old_log_prob, advantages])
+    old_log_prob = jax.lax.stop_gradient(old_log_prob)
+    advantages = jax.lax.stop_gradient(advantages)
+
+    log_ratio = log_prob - old_log_prob  # [B, N], per agent k
+    rho_bar = jnp.exp(aggregate_log_ratio(log_ratio, S_R))  # [B, N], per term i
+    clipped = jnp.clip(rho_bar, 1.0 - clip_eps, 1.0 + clip_eps)
+    surrogate = jnp.minimum(rho_bar * advantages, clipped * advantages)
+    loss = -jnp.sum(jnp.mean(surrogate, axis=0))
+
+    rho_bar = jax.lax.stop_gradient(rho_bar)
+    log_ratio = jax.lax.stop_gradient(log_ratio)
+    metrics = {
+        "clip_frac": jnp.mean((jnp.abs(rho_bar - 1.0) > clip_eps).astype(loss.dtype)),
+        "approx_kl": jnp.mean(jnp.expm1(log_ratio) - log_ratio),
+    }
+    return loss, metrics
+
+
+def value_loss(
+    values: chex.Array,
+    old_values: chex.Array,
+    returns: chex.Array,
+    clip_eps: chex.Numeric,
+) -> chex.Array:
+    """PPO clipped value loss, per agent critic.
+
+        0.5 · max((v − R)², (v_old + clip(v − v_old, −ε, ε) − R)²)
+
+    summed over agents, averaged over the batch.
+
+    Args:
+      values: ``[B, N]`` current critic values.
+      old_values: ``[B, N]`` values at rollout time.
+      returns: ``[B, N]`` value targets.
+      clip_eps: scalar ε; may be traced.
+
+    Returns:
+      Scalar loss.
+    """
+    chex.assert_rank([values, old_values, returns], 2)
+    chex.assert_equal_shape([values, old_values, returns])
+    old_values = jax.lax.stop_gradient(old_values)
+    returns = jax.lax.stop_gradient(returns)
+    clipped_values = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
+    per_entry = 0.5 * jnp.maximum(
+        jnp.square(values - returns), jnp.square(clipped_values - returns)
+    )
+    return jnp.mean(jnp.sum(per_entry, axis=-1))
+
+
+def entropy_bonus(entropy: chex.Array) -> chex.Array:
+    """Policy entropy ``[B, N]`` summed over agents, averaged over the batch (scalar)."""
+    chex.assert_rank(entropy, 2)
+    return jnp.mean(jnp.sum(entropy, axis=-1))
+
+
+def ppo_loss(
+    log_prob: chex.Array,
+    old_log_prob: chex.Array,
+    advantages: chex.Array,
+    values: chex.Array,
+    old_values: chex.Array,
+    returns: chex.Array,
+    entropy: chex.Array,
+    S_R: chex.Array,
+    clip_eps: chex.Numeric,
+    vf_coef: chex.Numeric,
+    ent_coef: chex.Numeric,
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """Total loss ``policy_loss + vf_coef · value_loss − ent_coef · entropy_bonus``.
+
+    All per-agent inputs are ``[B, N]``; ``advantages`` are the aggregated,
+    normalised Â_i; ``S_R`` is ``[N, N]``. ``clip_eps`` is used for both the policy
+    ratio and the value clipping. Every scalar and S_R may be traced.
+
+    Returns:
+      ``(loss, metrics)``; metrics (scalars): ``"policy_loss"``, ``"value_loss"``,
+      ``"entropy"``, ``"clip_frac"``, ``"approx_kl"``, ``"loss"``.
+    """
+    chex.assert_equal_shape([log_prob, values, entropy])
+    pi_loss, pi_metrics = policy_loss(log_prob, old_log_prob, advantages, S_R, clip_eps)
+    v_loss = value_loss(values, old_values, returns, clip_eps)
+    ent = entropy_bonus(entropy)
+    loss = pi_loss + vf_coef * v_loss - ent_coef * ent
+    metrics = {
+        "policy_loss": pi_loss,
+        "value_loss": v_loss,
+        "entropy": ent,
+        "clip_frac": pi_metrics["clip_frac"],
+        "approx_kl": pi_metrics["approx_kl"],
+        "loss": loss,
+    }
+    return loss, metrics

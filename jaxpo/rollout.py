@@ -1,0 +1,157 @@
+"""Rollout: ``lax.scan`` of vmapped environment and policy steps with auto-reset.
+
+Shapes: E environments, N agents, O observation width, C critic-input width,
+A actions; a rollout of T steps stacks every field on a leading time axis,
+giving ``[T, E, N, ...]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxpo.envs import AutoReset, TimeStep
+from jaxpo.networks import ActorCritic
+
+CRITIC_INPUTS = ("local", "global")
+
+
+def critic_input_dim(env: AutoReset, critic_input: str) -> int:
+    """Per-agent width C of the critic's input for ``critic_input``."""
+    if critic_input == "local":
+        return env.obs_dim
+    if critic_input == "global":
+        return env.global_state_dim if env.global_state_dim is not None else env.num_agents * env.obs_dim
+    raise ValueError(f"critic_input must be one of {CRITIC_INPUTS}, got {critic_input!r}")
+
+
+def critic_features(obs: jax.Array, global_state: jax.Array | None, critic_input: str) -> jax.Array:
+    """The critic's input ``[..., N, C]`` from ``obs [..., N, O]``.
+
+    ``"local"``: the agent's own observation. ``"global"``: the environment's global
+    state when it has one, otherwise every agent's observation concatenated (the
+    same vector for each agent; shared critics still see the agent id).
+    """
+    if critic_input == "local":
+        return obs
+    if global_state is not None:
+        return global_state
+    n = obs.shape[-2]
+    joint = obs.reshape(*obs.shape[:-2], 1, n * obs.shape[-1])
+    return jnp.broadcast_to(joint, (*obs.shape[:-2], n, n * obs.shape[-1]))
+
+
+@struct.dataclass
+class RolloutState:
+    """What carries over between rollouts.
+
+    Attributes:
+        env_state: the environments' states, batched over ``[E]``.
+        timestep: the last ``TimeStep`` (``obs [E, N, O]`` etc.), to act on next.
+        episode_return: float32 [E, N] — reward summed so far in the running episodes.
+        episode_length: int32 [E].
+    """
+
+    env_state: Any
+    timestep: TimeStep
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+@struct.dataclass
+class Transition:
+    """One step of E environments; a rollout stacks these to ``[T, E, ...]``.
+
+    Attributes:
+        obs: [E, N, O]; action_mask: bool [E, N, A]; critic_obs: [E, N, C].
+        action: int32 [E, N]; log_prob: [E, N]; value: [E, N] — from the acting policy.
+        reward: [E, N]; terminated, truncated: bool [E].
+        final_critic_obs: [E, N, C] — critic input of the observation reached by the
+            step before any reset (bootstrap target for truncation).
+        episode_return: [E] — team-mean return of the episode that ended at this step
+            (0 where none ended); episode_length: int32 [E] likewise.
+    """
+
+    obs: jax.Array
+    action_mask: jax.Array
+    critic_obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_critic_obs: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+def reset(env: AutoReset, key: jax.Array, num_envs: int) -> RolloutState:
+    """Resets ``num_envs`` environments."""
+    env_state, timestep = jax.vmap(env.reset)(jax.random.split(key, num_envs))
+    return RolloutState(
+        env_state=env_state,
+        timestep=timestep,
+        episode_return=jnp.zeros((num_envs, env.num_agents), jnp.float32),
+        episode_length=jnp.zeros((num_envs,), jnp.int32),
+    )
+
+
+def rollout(
+    env: AutoReset,
+    net: ActorCritic,
+    params: Any,
+    state: RolloutState,
+    key: jax.Array,
+    num_steps: int,
+    critic_input: str,
+    policy: Callable[..., Any] | None = None,
+) -> tuple[RolloutState, Transition]:
+    """Runs ``num_steps`` steps of every environment under the current policy.
+
+    Returns the carried state and the stacked ``Transition`` ``[T, E, ...]``.
+    ``policy`` overrides the network's policy (``(params, obs, mask) -> distribution``),
+    e.g. a uniform one for baselines.
+    """
+    policy = policy or net.policy
+    num_envs = state.episode_length.shape[0]
+
+    def one_step(state: RolloutState, key: jax.Array):
+        key_act, key_env = jax.random.split(key)
+        ts = state.timestep
+        critic_obs = critic_features(ts.obs, ts.global_state, critic_input)
+        dist = policy(params, ts.obs, ts.action_mask)
+        action = dist.sample(seed=key_act)
+        log_prob = dist.log_prob(action)
+        value = net.value(params, critic_obs)
+
+        env_state, next_ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state.env_state, action)
+        done = next_ts.done
+        episode_return = state.episode_return + next_ts.reward
+        episode_length = state.episode_length + 1
+        transition = Transition(
+            obs=ts.obs,
+            action_mask=ts.action_mask,
+            critic_obs=critic_obs,
+            action=action.astype(jnp.int32),
+            log_prob=log_prob,
+            value=value,
+            reward=next_ts.reward,
+            terminated=next_ts.terminated,
+            truncated=next_ts.truncated,
+            final_critic_obs=critic_features(next_ts.final_obs, next_ts.final_global_state, critic_input),
+            episode_return=jnp.where(done, episode_return.mean(-1), 0.0),
+            episode_length=jnp.where(done, episode_length, 0),
+        )
+        state = RolloutState(
+            env_state=env_state,
+            timestep=next_ts,
+            episode_return=jnp.where(done[:, None], 0.0, episode_return),
+            episode_length=jnp.where(done, 0, episode_length),
+        )
+        return state, transition
+
+    return jax.lax.scan(one_step, state, jax.random.split(key, num_steps))

@@ -1,0 +1,101 @@
+"""`jaxpo train`: the default experiment learns; options, outputs and bad input."""
+
+import json
+
+import distrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxpo import cli
+from jaxpo.networks import MASKED_LOGIT
+from jaxpo.report import read_metrics_csv
+from jaxpo.rollout import reset, rollout
+from jaxpo.train import Config, trainer
+
+LEARN_STEPS = 204_800  # 100 updates of the default experiment (its full run is 1,024,000)
+
+
+def random_policy_returns(config: Config, num_steps: int = 500) -> np.ndarray:
+    """Episode returns (mean over agents) of the uniform random policy on ``config.env``."""
+    tr = trainer(config)
+    uniform = lambda params, obs, mask: distrax.Categorical(logits=jnp.where(mask, 0.0, MASKED_LOGIT))
+    params = tr.net.init(jax.random.PRNGKey(0))
+    state = reset(tr.env, jax.random.PRNGKey(1), config.num_envs)
+    _, traj = jax.jit(
+        lambda s, k: rollout(tr.env, tr.net, params, s, k, num_steps, config.critic_input, policy=uniform)
+    )(state, jax.random.PRNGKey(2))
+    done = np.asarray(traj.episode_length) > 0
+    return np.asarray(traj.episode_return)[done]
+
+
+def test_default_experiment_learns(tmp_path, capsys):
+    code = cli.main(["train", "--steps", str(LEARN_STEPS), "--out", str(tmp_path), "--name", "default", "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert "signal = S_R @ S_A" in out and "khop(k=1)" in out
+    assert "return (mean episode return per agent): before" in out
+
+    csv = read_metrics_csv(str(tmp_path / "default" / "metrics.csv"))
+    returns = csv["return"]
+    assert len(returns) == LEARN_STEPS // (cli.DEFAULTS["num_envs"] * cli.DEFAULTS["num_steps"])
+    assert (tmp_path / "default" / "learning_curve.png").stat().st_size > 10_000
+
+    config = Config(env=cli.DEFAULTS["env"], num_envs=cli.DEFAULTS["num_envs"], num_steps=cli.DEFAULTS["num_steps"])
+    random_returns = random_policy_returns(config)
+    random_mean = random_returns.mean()
+    episodes_in_window = csv["episodes"][-10:].sum()
+    standard_error = random_returns.std() / np.sqrt(episodes_in_window)
+    margin = 3.0  # return units; a random policy's window mean lies within a few standard errors
+    assert margin > 10 * standard_error, (margin, standard_error)
+    # the untrained policy is (near-)uniform: its first-update return is random-like
+    assert abs(summary["return_before"] - random_mean) < 1.5
+    final = np.mean(returns[-10:])
+    print(f"random {random_mean:.2f} ± {standard_error:.2f}; trained {final:.2f}")
+    assert final > random_mean + margin, (final, random_mean)
+
+
+def test_help_documents_the_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--env", "--env-arg", "--preset", "--kappa", "--num-envs", "--steps", "--seeds", "--out"):
+        assert option in text
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--preset", "vdn"], "invalid choice: 'vdn'"),
+        (["train", "--num-envs", "0"], "expected a positive integer"),
+        (["train", "--env-arg", "local_ratio"], "KEY=VALUE"),
+    ],
+)
+def test_bad_arguments_exit_with_usage(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--env", "no_such_env"], "no_such_env"),
+        (["train", "--env-arg", "local_ratio=2.0"], "local_ratio"),
+        (["train", "--preset", "khop", "--kappa", "-1"], "k"),
+    ],
+)
+def test_invalid_values_are_reported_not_raised(argv, message, capsys):
+    assert cli.main(argv + ["--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxpo train: error:") and message in err
+
+
+def test_envs_lists_names(capsys):
+    assert cli.main(["envs"]) == 0
+    names = capsys.readouterr().out.split()
+    assert "MPE_simple_spread_v3" in names and "MPE_simple_reference_v3" in names

@@ -1,0 +1,172 @@
+"""The compiled training step and its driver: vmap over seeds × traced configs,
+determinism, results on disk, config validation."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpo
+from jaxpo import support
+from jaxpo.report import read_metrics_csv
+from jaxpo.train import Config, Hyper, runs, train, trainer
+
+TINY = Config(
+    env="MPE_simple_spread_v3",
+    num_envs=4,
+    num_steps=16,
+    num_updates=4,
+    updates_per_chunk=2,
+    num_epochs=2,
+    num_minibatches=2,
+    hidden=(16,),
+)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """4 runs; each of runs 1-3 differs from run 0 in one thing: seed, lr, support."""
+    ippo, joint = Hyper.create(support.ippo(3), lr=1e-3), Hyper.create(support.joint(3), lr=1e-3)
+    hyper = Hyper.stack([ippo, ippo, ippo.replace(lr=jnp.float32(5e-3)), joint])
+    return hyper, np.array([0, 1, 0, 0]), ["ippo/seed0", "ippo/seed1", "ippo-lr/seed0", "joint/seed0"]
+
+
+@pytest.fixture(scope="module")
+def result(batch, tmp_path_factory):
+    hyper, seeds, labels = batch
+    out = tmp_path_factory.mktemp("run")
+    return train(TINY, hyper, seeds, labels=labels, out_dir=str(out), progress=False)
+
+
+def test_metrics_shapes_and_values(result):
+    r, u = 4, TINY.num_updates
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "reward", "episodes"):
+        assert result.metrics[name].shape == (r, u), name
+        assert np.all(np.isfinite(result.metrics[name])), name
+    # MPE episodes last 26 steps (JaxMARL's max_steps + 1, see the adapter): 4 envs ×
+    # 16 steps per update end 0 or 4 episodes;
+    # the return is NaN exactly for updates in which no episode ended.
+    episodes = result.metrics["episodes"]
+    assert set(np.unique(episodes)) == {0.0, 4.0}
+    np.testing.assert_array_equal(np.isnan(result.metrics["return"]), episodes == 0)
+    np.testing.assert_array_equal(result.metrics["episode_length"][episodes > 0], trainer(TINY).env.max_steps)
+    np.testing.assert_array_equal(result.env_steps, TINY.steps_per_update * np.arange(1, u + 1))
+    # Entropy starts near log(5) per agent (summed over 3 agents).
+    assert abs(result.metrics["entropy"][0, 0] - 3 * np.log(5)) < 0.05
+
+
+def test_same_seed_bitwise_identical_and_seeds_differ(batch, result):
+    hyper, seeds, labels = batch
+    again = train(TINY, hyper, seeds, labels=labels, progress=False)
+    for name, values in result.metrics.items():
+        np.testing.assert_array_equal(values, again.metrics[name], err_msg=name)
+    # runs 0 and 1 share the support but not the seed (nor the learning rate).
+    assert not np.array_equal(result.metrics["reward"][0], result.metrics["reward"][1])
+
+
+def test_vmapped_runs_are_independent_of_their_batch_companions(batch, result):
+    """Each run of a vmapped batch is the same computation as on its own: permuting
+    the batch permutes the results (same compiled program, other companions)."""
+    hyper, seeds, labels = batch
+    perm = np.array([2, 3, 0, 1])
+    permuted = train(TINY, jax.tree.map(lambda x: x[perm], hyper), seeds[perm], progress=False)
+    for name in ("return", "policy_loss", "value_loss", "entropy"):
+        np.testing.assert_allclose(permuted.metrics[name], result.metrics[name][perm], rtol=1e-5, atol=1e-6)
+
+
+def test_traced_lr_and_support_change_the_result(result):
+    """Same seed, so the first rollout is identical; the update differs by the traced value."""
+    loss = result.metrics["policy_loss"]
+    np.testing.assert_array_equal(result.metrics["reward"][0, 0], result.metrics["reward"][2:, 0])
+    assert not np.allclose(loss[0, 1:], loss[2, 1:])  # lr
+    assert not np.allclose(loss[0], loss[3])  # support: ippo vs joint
+
+
+def test_one_hyper_broadcasts_over_seeds():
+    hyper = Hyper.create(support.mappo(3))
+    res = train(TINY, hyper, [0, 1, 2, 3], progress=False)
+    assert res.metrics["return"].shape == (4, TINY.num_updates)
+    assert res.labels == ["run0", "run1", "run2", "run3"]
+
+
+def test_results_on_disk(result):
+    csv = read_metrics_csv(f"{result.out_dir}/metrics.csv")
+    assert len(csv["run"]) == 4 * TINY.num_updates
+    assert csv["run"][: TINY.num_updates] == ["ippo/seed0"] * TINY.num_updates
+    np.testing.assert_array_equal(csv["policy_loss"][: TINY.num_updates], result.metrics["policy_loss"][0])
+    with open(f"{result.out_dir}/learning_curve.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chunk_has_no_host_callbacks(batch):
+    """Metrics leave once per chunk: the compiled chunk contains no host callback."""
+    hyper, seeds, _ = batch
+    tr = trainer(TINY)
+    state = tr.init(jax.random.PRNGKey(0), jax.tree.map(lambda x: x[0], hyper))
+    jaxpr = str(jax.make_jaxpr(tr.chunk)(state, jax.tree.map(lambda x: x[0], hyper)))
+    assert "callback" not in jaxpr
+
+
+def test_configs_differing_only_in_length_share_the_compiled_trainer():
+    assert trainer(TINY) is trainer(dataclasses.replace(TINY, num_updates=40))
+    assert trainer(TINY) is not trainer(dataclasses.replace(TINY, num_envs=8))
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (dict(num_envs=0), "num_envs must be a positive integer"),
+        (dict(num_steps=2.5), "num_steps must be a positive integer"),
+        (dict(num_minibatches=3), "num_minibatches .* must divide"),
+        (dict(num_updates=5), "updates_per_chunk .* must divide num_updates"),
+        (dict(critic_input="oracle"), "critic_input must be one of"),
+        (dict(adv_norm="global"), "adv_norm must be one of"),
+        (dict(aggregate_in="ratio"), "aggregate_in must be one of"),
+        (dict(hidden=()), "hidden must be a non-empty"),
+        (dict(activation="sigmoid"), "activation must be one of"),
+    ],
+)
+def test_config_validation(changes, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(TINY, **changes)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(lr=0.0), "lr must be > 0"),
+        (dict(gamma=1.5), r"gamma must be in \[0, 1\]"),
+        (dict(clip_eps=float("nan")), "clip_eps must be a finite number"),
+        (dict(ent_coef=-0.1), "ent_coef must be >= 0"),
+    ],
+)
+def test_hyper_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Hyper.create(support.ippo(3), **kwargs)
+
+
+def test_support_of_wrong_size_is_rejected():
+    hyper = Hyper.create(support.ippo(2))
+    with pytest.raises(ValueError, match="has 3 agents"):
+        train(TINY, hyper, [0], progress=False)
+
+
+def test_bad_run_arguments():
+    hyper, seeds, labels = runs(support.ippo(3), seeds=[0, 1])
+    with pytest.raises(ValueError, match="batched over 3 runs"):
+        train(TINY, hyper, [0, 1, 2], progress=False)
+    with pytest.raises(ValueError, match="one entry per run"):
+        train(TINY, hyper, seeds, labels=["a"], progress=False)
+    with pytest.raises(ValueError, match="same number of agents"):
+        Hyper.stack([Hyper.create(support.ippo(2)), Hyper.create(support.ippo(3))])
+
+
+def test_unknown_env_is_a_clear_error():
+    with pytest.raises(ValueError, match="MPE_nope"):
+        dataclasses.replace(TINY, env="MPE_nope").make_env()
+
+
+def test_public_api():
+    assert jaxpo.train is train and jaxpo.Config is Config
