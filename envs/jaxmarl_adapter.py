@@ -1,0 +1,392 @@
+"""JaxMARL environments in jaxpo's array protocol (DESIGN.md §3).
+
+:class:`JaxMARLAdapter` wraps a discrete-action JaxMARL ``MultiAgentEnv`` so that it
+speaks dicts-of-agents on the inside and stacked arrays on the outside:
+
+    >>> env = JaxMARLAdapter.from_name("MPE_simple_spread_v3", local_ratio=0.5)
+    >>> state, ts = env.reset(key)                     # ts.obs: float32 [N, O]
+    >>> state, ts = env.step(key, state, actions)      # actions: int32 [N]
+
+Agents are stacked in ``env.agents`` order. Heterogeneous agents are padded to
+common sizes: observations with zeros at the end up to ``obs_dim``; actions up to
+``num_actions``, with the padded actions masked False in ``action_mask``.
+
+Episode ends. The adapter calls JaxMARL's ``step_env`` (not ``step``, which resets
+inside and loses the final observation); resets are :class:`~jaxpo.envs.AutoReset`'s
+job. JaxMARL only reports ``dones["__all__"]``; the adapter splits it:
+
+    truncated  = done & (step counter >= max_steps) & ~terminal_condition
+    terminated = done & ~truncated
+
+``terminal_condition`` is known per family: never for MPE (every MPE episode ends
+at the time limit, so every MPE done is a truncation); "the battle is decided" (all
+allies or all enemies dead) for SMAX, so a battle decided on the last step is a
+termination. ``max_steps`` is the true maximal episode length in steps, which is
+*not* JaxMARL's ``max_steps`` for MPE and SMAX (see :class:`JaxMARLAdapter`).
+
+JaxMARL is imported lazily (it takes seconds and prints to stdout on import).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import io
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .base import Env, TimeStep
+
+# JaxMARL names verified by tests/test_jaxmarl_adapter.py (cooperative, discrete).
+SUPPORTED_JAXMARL: tuple[str, ...] = (
+    "MPE_simple_spread_v3",
+    "MPE_simple_reference_v3",
+    "MPE_simple_speaker_listener_v4",
+    "HeuristicEnemySMAX",
+)
+
+# Keyword arguments SimpleMPE.__init__ reads from its **kwargs (jaxmarl 0.2.0). MPE
+# constructors swallow any other keyword silently, so a typo such as
+# ``local_ration=0.3`` would be ignored: from_name rejects it instead.
+_MPE_KWARGS = frozenset(
+    {
+        "rad", "moveable", "silent", "collide", "mass", "accel", "max_speed",
+        "u_noise", "c_noise", "damping", "contact_force", "contact_margin",
+    }
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _quiet_jaxmarl_import():
+    """Swallows stdout during the jaxmarl import and leaves sys.stdout/stderr as found.
+
+    contextlib.redirect_stdout alone does not work: jaxmarl's mabrax module sets
+    ``sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__`` while importing,
+    which drops any redirect (pytest's capture included) before the
+    "Importing submoduled environments..." print. So the dunder streams are
+    pointed at the sink / current stderr for the duration too.
+    """
+    saved = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    sink = io.StringIO()
+    sys.stdout = sys.__stdout__ = sink
+    sys.__stderr__ = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__ = saved
+
+
+@functools.cache
+def _jaxmarl():
+    """Imports jaxmarl once, without its "Importing submoduled environments..." noise."""
+    with _quiet_jaxmarl_import():
+        import jaxmarl
+        from jaxmarl.environments.mpe.simple import SimpleMPE
+        from jaxmarl.environments.multi_agent_env import MultiAgentEnv
+        from jaxmarl.environments.smax.heuristic_enemy_smax_env import EnemySMAX
+        from jaxmarl.environments.smax.smax_env import SMAX
+        from jaxmarl.environments.spaces import Box, Discrete
+    return {
+        "jaxmarl": jaxmarl,
+        "SimpleMPE": SimpleMPE,
+        "MultiAgentEnv": MultiAgentEnv,
+        "SMAX": (SMAX, EnemySMAX),
+        "Box": Box,
+        "Discrete": Discrete,
+    }
+
+
+def _describe_space(space) -> str:
+    shape = getattr(space, "shape", None)
+    return f"{type(space).__name__}(shape={shape})" if shape is not None else type(space).__name__
+
+
+def _strong(tree: Any) -> Any:
+    """``tree`` with weakly typed array leaves made strongly typed (same dtype).
+
+    JaxMARL's states flip weak types between calls (MPE: ``done`` is a strong bool
+    after ``reset`` and a weak one after ``step_env``), so the state's type would
+    change from step to step and every jitted function taking it (JaxMARL's own
+    ``step_env`` included) would compile twice. Fixed, the type stays the same.
+    """
+    return jax.tree.map(
+        lambda x: jnp.asarray(x, x.dtype) if isinstance(x, jax.Array) and jax.typeof(x).weak_type else x,
+        tree,
+    )
+
+
+def _inner_state(state: Any) -> Any:
+    """The innermost JaxMARL state: wrappers such as EnemySMAX nest it as ``.state``."""
+    while not hasattr(state, "step") and hasattr(state, "state"):
+        state = state.state
+    return state
+
+
+class JaxMARLAdapter(Env):
+    """A discrete-action JaxMARL ``MultiAgentEnv`` in jaxpo's array protocol.
+
+    Build it with :meth:`from_name` (the names in ``SUPPORTED_JAXMARL``) or wrap an
+    existing instance, ``JaxMARLAdapter(jaxmarl_env, name=...)`` (any discrete
+    JaxMARL env; untested ones at the caller's risk).
+
+    Attributes:
+        env: the wrapped JaxMARL environment.
+        name: the JaxMARL name (or the class name).
+        agents: tuple of agent names, the order of the agent axis.
+        num_agents: N.
+        obs_dim: O, the largest flattened observation; smaller ones are zero-padded
+            at the end.
+        num_actions: A, the largest discrete action space; an agent's actions past
+            its own count are padding, masked False.
+        agent_num_actions: int [N] numpy — each agent's own action count.
+        global_state_dim: S when the env provides a world state (SMAX's
+            ``obs["world_state"]``), broadcast to every agent as [N, S]; else None.
+        max_steps: the most steps an episode can last. For MPE and SMAX this is
+            JaxMARL's ``max_steps + 1``: their ``step_env`` tests
+            ``step >= max_steps`` on the counter *before* incrementing it, so a
+            time-limited episode lasts ``max_steps + 1`` steps (MPE: 26 by default,
+            not PettingZoo's 25; SMAX: 101). The adapter keeps JaxMARL's dynamics
+            unchanged and reports the true length. Other envs: JaxMARL's value.
+    """
+
+    def __init__(self, env: Any, name: str | None = None):
+        jm = _jaxmarl()
+        if not isinstance(env, jm["MultiAgentEnv"]):
+            raise ValueError(f"env must be a jaxmarl MultiAgentEnv instance, got {type(env).__name__}")
+        self.env = env
+        self.name = name if name is not None else type(env).__name__
+        self.agents = tuple(env.agents)
+        self.num_agents = len(self.agents)
+        if self.num_agents == 0:
+            raise ValueError(f"JaxMARL env {self.name!r} has no agents")
+
+        counts = []
+        for agent in self.agents:
+            space = env.action_space(agent)
+            if isinstance(space, jm["Box"]):
+                raise ValueError(
+                    f"JaxMARL env {self.name!r}: continuous actions are not supported yet "
+                    f"(agent {agent!r} has action space {_describe_space(space)}); "
+                    "use a discrete action_type"
+                )
+            if not isinstance(space, jm["Discrete"]):
+                raise ValueError(
+                    f"JaxMARL env {self.name!r}: only Discrete action spaces are supported "
+                    f"(agent {agent!r} has {_describe_space(space)})"
+                )
+            counts.append(int(space.n))
+        self.agent_num_actions = np.asarray(counts, dtype=np.int32)
+        self.num_actions = int(self.agent_num_actions.max())
+        # Static mask of real (non-padding) actions, [N, A].
+        self._real_actions = np.arange(self.num_actions)[None, :] < self.agent_num_actions[:, None]
+
+        # True observation shapes, from tracing reset (no computation).
+        obs_shapes, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+        missing = [a for a in self.agents if a not in obs_shapes]
+        if missing:
+            raise ValueError(f"JaxMARL env {self.name!r}: reset returns no observation for agents {missing}")
+        self._obs_sizes = [int(np.prod(obs_shapes[a].shape)) for a in self.agents]
+        self.obs_dim = max(self._obs_sizes)
+        ws = obs_shapes.get("world_state")
+        self.global_state_dim = None if ws is None else int(np.prod(ws.shape))
+
+        if isinstance(env, jm["SimpleMPE"]):
+            self._family = "mpe"
+        elif isinstance(env, jm["SMAX"]):
+            self._family = "smax"
+        else:
+            self._family = "other"
+        if not isinstance(getattr(env, "max_steps", None), (int, np.integer)):
+            raise ValueError(f"JaxMARL env {self.name!r} has no integer max_steps; cannot tell truncation")
+        # MPE and SMAX test `step >= max_steps` on the counter *before* incrementing
+        # it, so their episodes last one step longer than their max_steps says.
+        self.max_steps = int(env.max_steps) + (1 if self._family in ("mpe", "smax") else 0)
+
+        # MultiAgentEnv.get_avail_actions raises NotImplementedError (MPE does not
+        # override it): then every real action is available.
+        base_avail = jm["MultiAgentEnv"].get_avail_actions
+        self._has_avail = type(env).get_avail_actions is not base_avail
+
+    @classmethod
+    def from_name(cls, name: str, **kwargs) -> "JaxMARLAdapter":
+        """Builds ``jaxmarl.make(name, **kwargs)`` and wraps it.
+
+        Args:
+            name: one of ``SUPPORTED_JAXMARL``.
+            **kwargs: the JaxMARL constructor's keyword arguments (e.g.
+                ``local_ratio=0.5``, ``max_steps=50``; for SMAX ``scenario=``).
+
+        Raises:
+            ValueError: unknown name, keyword arguments the env rejects (or, for
+                MPE, does not know), or a non-discrete action space.
+        """
+        if name not in SUPPORTED_JAXMARL:
+            raise ValueError(
+                f"unknown JaxMARL env name {name!r}; supported: {', '.join(SUPPORTED_JAXMARL)} "
+                "(other discrete JaxMARL envs can be wrapped as JaxMARLAdapter(jaxmarl.make(name)))"
+            )
+        jm = _jaxmarl()
+        try:
+            env = jm["jaxmarl"].make(name, **kwargs)
+        except (AssertionError, TypeError, ValueError, NotImplementedError, KeyError) as exc:
+            raise ValueError(f"invalid keyword arguments for JaxMARL env {name!r} {kwargs}: {exc}") from exc
+        if isinstance(env, jm["SimpleMPE"]):
+            known = set(_MPE_KWARGS)
+            for klass in type(env).__mro__:
+                if issubclass(klass, jm["SimpleMPE"]):
+                    known |= {
+                        p.name
+                        for p in inspect.signature(klass.__init__).parameters.values()
+                        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"
+                    }
+            unknown = sorted(set(kwargs) - known)
+            if unknown:
+                raise ValueError(
+                    f"invalid keyword arguments for JaxMARL env {name!r}: unknown {unknown} "
+                    f"(MPE would ignore them silently); known: {sorted(known)}"
+                )
+        return cls(env, name=name)
+
+    @property
+    def coupling(self) -> np.ndarray | None:
+        """[N, N] 0/1: ``coupling[i, j] = 1`` when agent j's action can change agent i's reward.
+
+        MPE: the complete graph. The rewards are functions of every agent's position:
+        simple_spread's global term (sum over landmarks of the nearest agent's
+        distance) couples all agents whenever ``local_ratio < 1``, and its local
+        collision term couples any pair that can collide, so even at
+        ``local_ratio == 1`` every pair is coupled; simple_reference's reward of
+        agent i is the *other* agent's distance to its goal (blended with the
+        team mean); simple_speaker_listener's reward is shared by both.
+        SMAX: the complete graph — allies share one team reward.
+        Other envs: None (unknown).
+        """
+        if self._family in ("mpe", "smax"):
+            return np.ones((self.num_agents, self.num_agents), dtype=np.float32)
+        return None
+
+    # -- dict <-> array conversion ------------------------------------------------
+
+    def _stack_obs(self, obs: dict) -> jax.Array:
+        """Agent observations, flattened and zero-padded to ``obs_dim``: float32 [N, O]."""
+        rows = [
+            jnp.pad(jnp.reshape(obs[a], (-1,)).astype(jnp.float32), (0, self.obs_dim - size))
+            for a, size in zip(self.agents, self._obs_sizes)
+        ]
+        return jnp.stack(rows)
+
+    def _global_state(self, obs: dict) -> jax.Array | None:
+        """The env's world state broadcast to every agent: float32 [N, S], or None."""
+        if self.global_state_dim is None:
+            return None
+        ws = jnp.reshape(obs["world_state"], (-1,)).astype(jnp.float32)
+        return jnp.broadcast_to(ws, (self.num_agents, self.global_state_dim))
+
+    def _action_mask(self, state: Any) -> jax.Array:
+        """bool [N, A]: the env's available actions, False on padding."""
+        if not self._has_avail:
+            return jnp.asarray(self._real_actions)
+        avail = self.env.get_avail_actions(state)
+        rows = [
+            jnp.pad(jnp.asarray(avail[a]).astype(bool), (0, self.num_actions - int(n)))
+            for a, n in zip(self.agents, self.agent_num_actions)
+        ]
+        return jnp.stack(rows)
+
+    def _terminal_condition(self, state: Any) -> jax.Array:
+        """bool [] — the episode ended for a reason other than the time limit."""
+        if self._family == "smax":
+            inner = _inner_state(state)
+            allies = self.env.num_allies
+            allies_dead = ~jnp.any(inner.unit_alive[:allies])
+            enemies_dead = ~jnp.any(inner.unit_alive[allies:])
+            return allies_dead | enemies_dead
+        return jnp.asarray(False)  # MPE has no terminal states; unknown otherwise
+
+    # -- protocol ------------------------------------------------------------------
+    # reset/step call JaxMARL's own (jitted) reset/step_env between two small jitted
+    # conversions. Inside an outer jit everything inlines; called eagerly (notebooks,
+    # debugging) each env costs three compiles, the JaxMARL one shared with direct
+    # JaxMARL calls, instead of dozens of one-op compiles.
+
+    def reset(self, key: jax.Array) -> tuple[Any, TimeStep]:
+        """Starts an episode.
+
+        Args:
+            key: PRNG key.
+
+        Returns:
+            (state, timestep): the JaxMARL state (a pytree) and a TimeStep with
+            obs float32 [N, O], reward zeros float32 [N], terminated/truncated
+            False, action_mask bool [N, A], global_state float32 [N, S] or None.
+        """
+        obs, state = self.env.reset(key)
+        return self._pack_reset(obs, state)
+
+    def step(self, key: jax.Array, state: Any, actions: jax.Array) -> tuple[Any, TimeStep]:
+        """Advances one step without resetting (wrap in ``AutoReset`` for that).
+
+        Args:
+            key: PRNG key.
+            state: the state from ``reset``/``step``.
+            actions: int [N] — one action index per agent, in ``agents`` order. An
+                index outside an agent's own range (padding, or negative) is
+                replaced by action 0 so it never reaches the env.
+
+        Returns:
+            (state, timestep) with obs float32 [N, O] (the post-step observation,
+            never reset), reward float32 [N], terminated/truncated bool [] (rule in
+            the module docstring), action_mask bool [N, A], global_state
+            float32 [N, S] or None.
+        """
+        actions = jnp.asarray(actions)
+        if actions.shape != (self.num_agents,) or not jnp.issubdtype(actions.dtype, jnp.integer):
+            raise ValueError(
+                f"actions must be an integer array of shape ({self.num_agents},), "
+                f"got {actions.dtype} {actions.shape}"
+            )
+        obs, next_state, reward, dones, _ = self.env.step_env(key, state, self._action_dict(actions))
+        return self._pack_step(obs, next_state, reward, dones["__all__"])
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def _action_dict(self, actions: jax.Array) -> dict:
+        """int [N] -> {agent: int32 []}, padded/out-of-range indices replaced by 0."""
+        actions = actions.astype(jnp.int32)
+        real = (actions >= 0) & (actions < jnp.asarray(self.agent_num_actions))
+        actions = jnp.where(real, actions, 0)
+        return {a: actions[i] for i, a in enumerate(self.agents)}
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def _pack_reset(self, obs: dict, state: Any) -> tuple[Any, TimeStep]:
+        state = _strong(state)
+        return state, TimeStep(
+            obs=self._stack_obs(obs),
+            reward=jnp.zeros((self.num_agents,), jnp.float32),
+            terminated=jnp.asarray(False),
+            truncated=jnp.asarray(False),
+            action_mask=self._action_mask(state),
+            global_state=self._global_state(obs),
+        )
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def _pack_step(self, obs: dict, next_state: Any, reward: dict, done: jax.Array) -> tuple[Any, TimeStep]:
+        next_state = _strong(next_state)
+        done = jnp.asarray(done, dtype=bool)
+        time_up = _inner_state(next_state).step >= self.max_steps
+        truncated = done & time_up & ~self._terminal_condition(next_state)
+        return next_state, TimeStep(
+            obs=self._stack_obs(obs),
+            reward=jnp.stack([jnp.asarray(reward[a], jnp.float32) for a in self.agents]),
+            terminated=done & ~truncated,
+            truncated=truncated,
+            action_mask=self._action_mask(next_state),
+            global_state=self._global_state(obs),
+        )
+
+
+__all__ = ["JaxMARLAdapter", "SUPPORTED_JAXMARL"]

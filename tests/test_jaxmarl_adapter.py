@@ -1,0 +1,342 @@
+"""JaxMARLAdapter: JaxMARL envs in the array protocol, checked against JaxMARL itself.
+
+Compiles dominate the runtime. Each env gets two "pair" functions (``reset2``,
+``step2``) returning the adapter's result and JaxMARL's own dict result. They run
+eagerly: the adapter then calls JaxMARL's jitted ``reset``/``step_env``, and the
+direct JaxMARL call with the same arguments hits the same cache, so JaxMARL's
+functions compile once per env. Jitted adapters are tested where jit is the point (a jitted,
+vmapped, scanned rollout; local_ratio).
+"""
+
+import sys
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpo.envs
+from jaxpo.envs import AutoReset
+from jaxpo.envs.jaxmarl_adapter import SUPPORTED_JAXMARL, JaxMARLAdapter, _quiet_jaxmarl_import
+
+MPE_NAMES = ("MPE_simple_spread_v3", "MPE_simple_reference_v3", "MPE_simple_speaker_listener_v4")
+
+
+def with_pairs(env):
+    """env plus pairs: reset2(key) -> ((state, ts), (raw_obs, raw_state));
+    step2(key, state, actions) -> ((state, ts), (raw_obs, raw_state, raw_rew, raw_dones))."""
+
+    def reset2(key):
+        return env.reset(key), env.env.reset(key)
+
+    def step2(key, state, actions):
+        raw = env.env.step_env(key, state, {a: actions[i] for i, a in enumerate(env.agents)})
+        return env.step(key, state, actions), raw[:4]
+
+    return SimpleNamespace(env=env, reset2=reset2, step2=step2)
+
+
+@pytest.fixture(scope="module")
+def mpe():
+    return {name: with_pairs(JaxMARLAdapter.from_name(name)) for name in MPE_NAMES}
+
+
+def random_actions(env, key):
+    """int32 [N]: a uniformly random real action per agent."""
+    return jax.random.randint(key, (env.num_agents,), 0, jnp.asarray(env.agent_num_actions)).astype(jnp.int32)
+
+
+def stack(d, agents):
+    return np.stack([np.asarray(d[a]) for a in agents])
+
+
+def check_timestep(env, ts):
+    n, o, a = env.num_agents, env.obs_dim, env.num_actions
+    assert ts.obs.shape == (n, o) and ts.obs.dtype == jnp.float32
+    assert ts.reward.shape == (n,) and ts.reward.dtype == jnp.float32
+    assert ts.terminated.shape == () and ts.terminated.dtype == jnp.bool_
+    assert ts.truncated.shape == () and ts.truncated.dtype == jnp.bool_
+    assert ts.action_mask.shape == (n, a) and ts.action_mask.dtype == jnp.bool_
+    if env.global_state_dim is None:
+        assert ts.global_state is None
+    else:
+        assert ts.global_state.shape == (n, env.global_state_dim) and ts.global_state.dtype == jnp.float32
+
+
+def check_obs(env, ts, raw_obs):
+    """ts.obs rows are JaxMARL's observations in agent order, zero-padded at the end."""
+    for i, agent in enumerate(env.agents):
+        size = raw_obs[agent].shape[0]
+        np.testing.assert_allclose(ts.obs[i, :size], raw_obs[agent], rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(ts.obs[i, size:], 0.0)
+
+
+def test_sizes_and_coupling(mpe):
+    expected = {  # (N, O, A) from JaxMARL's spaces
+        "MPE_simple_spread_v3": (3, 18, 5),
+        "MPE_simple_reference_v3": (2, 21, 50),  # 5 moves x 10 messages
+        "MPE_simple_speaker_listener_v4": (2, 11, 5),
+    }
+    for name, p in mpe.items():
+        env = p.env
+        assert (env.num_agents, env.obs_dim, env.num_actions) == expected[name]
+        assert env.agents == tuple(env.env.agents)
+        assert env.global_state_dim is None
+        np.testing.assert_array_equal(env.coupling, np.ones((env.num_agents, env.num_agents)))
+        # JaxMARL's MPE ends on the step where the *pre-step* counter reaches max_steps.
+        assert env.max_steps == env.env.max_steps + 1 == 26
+
+
+@pytest.mark.parametrize("name", MPE_NAMES)
+def test_reset_step_match_jaxmarl(mpe, name):
+    p = mpe[name]
+    env, key = p.env, jax.random.PRNGKey(3)
+    (state, ts), (raw_obs, _) = p.reset2(key)
+    check_timestep(env, ts)
+    check_obs(env, ts, raw_obs)
+    np.testing.assert_array_equal(ts.reward, 0.0)
+    assert not ts.terminated and not ts.truncated
+    # MPE has no action masks: every real action is available, padding is not.
+    np.testing.assert_array_equal(ts.action_mask, np.arange(env.num_actions) < env.agent_num_actions[:, None])
+
+    for t in range(3):
+        k_act, k_step = jax.random.split(jax.random.fold_in(key, t))
+        actions = random_actions(env, k_act)
+        (new_state, ts), (raw_obs, raw_state, raw_rew, _) = p.step2(k_step, state, actions)
+        check_timestep(env, ts)
+        check_obs(env, ts, raw_obs)
+        np.testing.assert_allclose(ts.reward, stack(raw_rew, env.agents), rtol=1e-6)
+        np.testing.assert_array_equal(new_state.p_pos, raw_state.p_pos)
+        np.testing.assert_array_equal(new_state.p_vel, raw_state.p_vel)
+        assert int(new_state.step) == t + 1
+        assert not ts.terminated and not ts.truncated
+        state = new_state
+
+
+def test_padding_speaker_listener(mpe):
+    p = mpe["MPE_simple_speaker_listener_v4"]
+    env = p.env
+    np.testing.assert_array_equal(env.agent_num_actions, [3, 5])  # speaker, listener
+    (state, ts), _ = p.reset2(jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(ts.action_mask, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    np.testing.assert_array_equal(ts.obs[0, 3:], 0.0)  # speaker obs: 3 of 11 entries
+    # A padded speaker action never reaches JaxMARL: it acts as action 0 (which, unlike
+    # an out-of-range index, writes the speaker's message into the listener's obs).
+    key = jax.random.PRNGKey(2)
+    (_, padded), _ = p.step2(key, state, jnp.array([4, 1], jnp.int32))
+    (_, zero), _ = p.step2(key, state, jnp.array([0, 1], jnp.int32))
+    (_, one), _ = p.step2(key, state, jnp.array([1, 1], jnp.int32))
+    np.testing.assert_array_equal(padded.obs, zero.obs)
+    np.testing.assert_array_equal(padded.reward, zero.reward)
+    assert not np.array_equal(zero.obs, one.obs)  # the speaker's action is visible
+
+
+@pytest.mark.parametrize("name", ["MPE_simple_spread_v3", "MPE_simple_reference_v3"])
+def test_truncation_at_time_limit(mpe, name):
+    p = mpe[name]
+    env, key = p.env, jax.random.PRNGKey(4)
+    (state, _), _ = p.reset2(key)
+    truncated, terminated = [], []
+    for t in range(env.max_steps):
+        k_act, k_step = jax.random.split(jax.random.fold_in(key, t))
+        (state, ts), (_, _, _, raw_dones) = p.step2(k_step, state, random_actions(env, k_act))
+        assert bool(ts.done) == bool(raw_dones["__all__"])
+        truncated.append(bool(ts.truncated))
+        terminated.append(bool(ts.terminated))
+    assert truncated == [False] * (env.max_steps - 1) + [True]
+    assert not any(terminated)
+    assert int(state.step) == env.max_steps
+
+
+def test_auto_reset_keeps_final_obs(mpe):
+    p = mpe["MPE_simple_spread_v3"]
+    env = p.env
+    wrapped = AutoReset(env)  # eager: reuses the env's compiled reset/step_env
+    key = jax.random.PRNGKey(5)
+    state, ts = wrapped.reset(key)
+    np.testing.assert_array_equal(ts.final_obs, ts.obs)
+    actions = jnp.zeros((env.num_agents,), jnp.int32)
+    for t in range(env.max_steps):
+        prev_state = state
+        k = jax.random.fold_in(key, t)
+        state, ts = wrapped.step(k, prev_state, actions)
+        assert bool(ts.truncated) == (t == env.max_steps - 1)
+        assert not bool(ts.terminated)
+        assert int(state.step) == (0 if t == env.max_steps - 1 else t + 1)  # restarts
+    # The truncating step: final_obs is the un-reset observation, obs a fresh reset's.
+    k_step, k_reset = jax.random.split(k)
+    (_, raw), _ = p.step2(k_step, prev_state, actions)
+    (_, fresh), _ = p.reset2(k_reset)
+    assert bool(raw.truncated)
+    np.testing.assert_allclose(ts.final_obs, raw.obs, rtol=1e-6)
+    np.testing.assert_allclose(ts.obs, fresh.obs, rtol=1e-6)
+    np.testing.assert_allclose(ts.reward, raw.reward, rtol=1e-6)
+    assert not np.allclose(ts.obs, ts.final_obs)
+
+
+def test_jit_vmap_scan_over_episodes(mpe):
+    """One jitted program: 8 envs vmapped, AutoReset, lax.scan over a full episode."""
+    p = mpe["MPE_simple_spread_v3"]
+    env = p.env
+    wrapped = AutoReset(env)
+    num_envs, horizon = 8, env.max_steps + 1
+
+    @jax.jit
+    def rollout(key):
+        keys = jax.random.split(key, num_envs)
+        states, ts0 = jax.vmap(wrapped.reset)(keys)
+
+        def body(states, k):
+            ks = jax.random.split(k, num_envs)
+            actions = jax.vmap(lambda kk: random_actions(env, kk))(ks)
+            states, ts = jax.vmap(wrapped.step)(ks, states, actions)
+            return states, (ts, actions)
+
+        _, (ts, actions) = jax.lax.scan(body, states, jax.random.split(key, horizon))
+        return keys, states, ts0, ts, actions
+
+    key = jax.random.PRNGKey(7)
+    keys, states, ts0, ts, actions = rollout(key)
+    assert ts0.obs.shape == (num_envs, 3, 18) and ts0.action_mask.shape == (num_envs, 3, 5)
+    assert ts.obs.shape == (horizon, num_envs, 3, 18) and ts.reward.shape == (horizon, num_envs, 3)
+    assert ts.final_obs.shape == ts.obs.shape and ts.action_mask.shape == (horizon, num_envs, 3, 5)
+    assert ts.terminated.shape == ts.truncated.shape == (horizon, num_envs)
+    # Every env truncates exactly at its last step (then starts over), never terminates.
+    expected = np.zeros((horizon, num_envs), bool)
+    expected[env.max_steps - 1] = True
+    np.testing.assert_array_equal(ts.truncated, expected)
+    assert not ts.terminated.any()
+    # Batched first steps equal single-env (eager) steps.
+    ks = jax.random.split(jax.random.split(key, horizon)[0], num_envs)
+    for i in (0, 5):
+        state_i = jax.tree.map(lambda x: x[i], states)
+        _, ts_i = wrapped.step(ks[i], state_i, actions[0, i])
+        np.testing.assert_allclose(ts.obs[0, i], ts_i.obs, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ts.reward[0, i], ts_i.reward, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(ts.obs[0, 0], ts.obs[0, 5])
+
+
+def test_local_ratio_passed_through(mpe):
+    # Same state and actions; the default env has local_ratio 0.5, the other 0.
+    key = jax.random.PRNGKey(6)
+    actions = jnp.array([1, 2, 3], jnp.int32)
+    p = mpe["MPE_simple_spread_v3"]
+    zero = JaxMARLAdapter.from_name("MPE_simple_spread_v3", local_ratio=0.0)
+    assert (p.env.env.local_ratio, zero.env.local_ratio) == (0.5, 0.0)
+    (state, _), _ = p.reset2(key)
+    (new_state, ts_half), _ = p.step2(key, state, actions)
+    _, ts_zero = jax.jit(zero.step)(key, state, actions)
+    # Global term -sum_l min_i |p_i - l| over the new positions.
+    pos = np.asarray(new_state.p_pos)
+    dist = np.linalg.norm(pos[:3, None, :] - pos[None, 3:, :], axis=-1)  # [agent, landmark]
+    global_rew = -dist.min(axis=0).sum()
+    np.testing.assert_allclose(ts_zero.reward, np.full(3, global_rew), rtol=1e-5)
+    # local_ratio 0.5: half the global term plus half of -(agents collided with).
+    local = 2.0 * (np.asarray(ts_half.reward) - 0.5 * global_rew)
+    np.testing.assert_allclose(local, np.round(local), atol=1e-4)
+    assert (np.round(local) <= 0).all()
+    assert not np.allclose(ts_half.reward, ts_zero.reward)
+
+
+def test_bad_input_raises(mpe):
+    with pytest.raises(ValueError, match="MPE_simple_spread_v3"):  # lists the supported names
+        JaxMARLAdapter.from_name("no_such_env")
+    with pytest.raises(ValueError, match="MPE_simple_tag_v3"):  # competitive: not supported
+        JaxMARLAdapter.from_name("MPE_simple_tag_v3")
+    with pytest.raises(ValueError, match="MPE_simple_spread_v3.*local_ratio"):
+        JaxMARLAdapter.from_name("MPE_simple_spread_v3", local_ratio=2.0)
+    with pytest.raises(ValueError, match="local_ration"):  # MPE would swallow the typo
+        JaxMARLAdapter.from_name("MPE_simple_spread_v3", local_ration=0.3)
+    with pytest.raises(ValueError, match="continuous actions are not supported yet.*Box"):
+        JaxMARLAdapter.from_name("MPE_simple_spread_v3", action_type="Continuous")
+    with pytest.raises(ValueError, match="MultiAgentEnv"):
+        JaxMARLAdapter(object())
+    env = mpe["MPE_simple_spread_v3"].env
+    state = None  # shapes are checked before the state is touched
+    with pytest.raises(ValueError, match="actions"):
+        env.step(jax.random.PRNGKey(0), state, jnp.zeros((2,), jnp.int32))
+    with pytest.raises(ValueError, match="actions"):
+        env.step(jax.random.PRNGKey(0), state, jnp.zeros((3,), jnp.float32))
+
+
+def test_make_and_registry():
+    env = jaxpo.envs.make("MPE_simple_spread_v3", local_ratio=0.25)
+    assert isinstance(env, JaxMARLAdapter) and env.name == "MPE_simple_spread_v3"
+    assert env.num_agents == 3 and env.env.local_ratio == 0.25
+    assert set(SUPPORTED_JAXMARL) <= set(jaxpo.envs.registered_names())
+
+
+# -- SMAX: world state, action masks, termination vs truncation ------------------------
+
+
+@pytest.fixture(scope="module")
+def smax():
+    p = with_pairs(JaxMARLAdapter.from_name("HeuristicEnemySMAX", max_steps=20))
+    p.avail = p.env.env.get_avail_actions  # JaxMARL-jitted; shares the adapter's compile
+    return p
+
+
+def test_smax_reset_and_step_match_jaxmarl(smax):
+    env = smax.env
+    assert (env.num_agents, env.num_actions, env.global_state_dim) == (5, 10, 120)
+    assert env.max_steps == 21  # JaxMARL's max_steps + 1, as for MPE
+    np.testing.assert_array_equal(env.coupling, np.ones((5, 5)))
+    (state, ts), (raw_obs, _) = smax.reset2(jax.random.PRNGKey(0))
+    check_timestep(env, ts)
+    check_obs(env, ts, raw_obs)
+    np.testing.assert_allclose(ts.global_state, np.tile(raw_obs["world_state"], (5, 1)), rtol=1e-6)
+    avail = stack(smax.avail(state), env.agents).astype(bool)
+    np.testing.assert_array_equal(ts.action_mask, avail)
+    assert not avail.all() and avail.any()  # attacks out of range at the start
+
+    key = jax.random.PRNGKey(1)
+    actions = jnp.array([0, 1, 2, 3, 4], jnp.int32)
+    (new_state, ts), (raw_obs, _, raw_rew, _) = smax.step2(key, state, actions)
+    check_timestep(env, ts)
+    check_obs(env, ts, raw_obs)
+    np.testing.assert_allclose(ts.global_state[3], raw_obs["world_state"], rtol=1e-6)
+    np.testing.assert_allclose(ts.reward, stack(raw_rew, env.agents), rtol=1e-6)
+    np.testing.assert_array_equal(ts.action_mask, stack(smax.avail(new_state), env.agents))
+    assert int(new_state.state.step) == 1  # the counter lives in the nested SMAX state
+    assert not ts.done
+
+
+def _with(state, step=None, kill_enemies=False):
+    """The state with the step counter set and/or every enemy at zero health."""
+    inner = state.state
+    if step is not None:
+        inner = inner.replace(step=jnp.full_like(inner.step, step))
+    if kill_enemies:
+        inner = inner.replace(unit_health=inner.unit_health.at[5:].set(0.0))
+    return state.replace(state=inner)
+
+
+def test_smax_termination_vs_truncation(smax):
+    env = smax.env
+    (state, _), _ = smax.reset2(jax.random.PRNGKey(0))
+    key, stop = jax.random.PRNGKey(2), jnp.full((5,), 4, jnp.int32)  # 4: stop
+    # Time limit with the battle undecided: truncation.
+    (_, ts), raw = smax.step2(key, _with(state, step=env.max_steps - 1), stop)
+    assert bool(raw[3]["__all__"])
+    assert bool(ts.truncated) and not bool(ts.terminated)
+    # One step earlier: nothing ends.
+    (_, ts), _ = smax.step2(key, _with(state, step=env.max_steps - 2), stop)
+    assert not bool(ts.truncated) and not bool(ts.terminated)
+    # Battle won (all enemies dead) mid-episode: termination, with the win bonus.
+    (_, ts), _ = smax.step2(key, _with(state, kill_enemies=True), stop)
+    assert bool(ts.terminated) and not bool(ts.truncated)
+    assert (ts.reward >= 1.0).all()
+    # Won on the last step: still a termination (terminal state, nothing to bootstrap).
+    (_, ts), _ = smax.step2(key, _with(state, step=env.max_steps - 1, kill_enemies=True), stop)
+    assert bool(ts.terminated) and not bool(ts.truncated)
+
+
+def test_quiet_import_survives_jaxmarl_stream_reset(capsys):
+    # jaxmarl's mabrax module does exactly this while importing, then jaxmarl prints.
+    before = (sys.stdout, sys.stderr)
+    with _quiet_jaxmarl_import():
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        print("Importing submoduled environments...")
+    assert (sys.stdout, sys.stderr) == before
+    assert capsys.readouterr().out == ""
