@@ -25,7 +25,8 @@ DEFAULTS = dict(
 )
 
 
-def _env_arg(text: str) -> tuple[str, object]:
+def parse_env_arg(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` -> ``(key, value)``; VALUE is a Python literal when it parses as one."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"--env-arg must look like KEY=VALUE, got {text!r}")
     key, value = text.split("=", 1)
@@ -60,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--env", default=DEFAULTS["env"], help="environment name (see `jaxpo envs`)")
     tr.add_argument(
-        "--env-arg", action="append", type=_env_arg, default=[], metavar="KEY=VALUE",
+        "--env-arg", action="append", type=parse_env_arg, default=[], metavar="KEY=VALUE",
         help="environment parameter, repeatable (e.g. --env-arg local_ratio=0.5)",
     )
     tr.add_argument("--preset", default=DEFAULTS["preset"], choices=PRESETS, help="support preset")

@@ -1,0 +1,331 @@
+"""Training and environment throughput of jaxpo, as JSON lines.
+
+Run (defaults: MPE simple_spread, T = 64, E in 16 64 256 1024, 1 run):
+
+    python benchmarks/throughput.py                              # ~3-5 min on 2 CPU cores
+    python benchmarks/throughput.py --num-envs 16 64 --chunks 2  # quick
+    python benchmarks/throughput.py --env traffic_grid --env-arg rows=4 --env-arg cols=4 --seeds 4
+
+Every ``num_envs`` is measured in a fresh subprocess (the script re-runs itself with
+``--single``), so peak memory is that configuration's own: first the env-only rollout
+(its peak is read before anything else is built), then the train program. One JSON
+object per line goes to stdout, everything else to stderr. A configuration that fails
+(out of memory, time limit) prints a line with an ``error`` field instead.
+
+Fields of every line:
+    kind            "train": the compiled train chunk (rollout + GAE + aggregation +
+                    epochs × minibatches of PPO updates, K updates per call, vmapped over
+                    runs); "env": random-action rollout of the same environment only
+                    (``lax.scan`` of T vmapped ``AutoReset`` steps, uniform over the
+                    action mask, jitted), over the same E × runs environments.
+    env, env_kwargs, num_envs (E per run), num_steps (T), num_agents (N), runs (R,
+                    vmapped seeds), backend (``jax.default_backend()``), device_kind,
+                    num_devices, jax_version, jaxpo_version.
+    compile_s       seconds to lower + compile the timed function (``.lower().compile()``).
+    timed_s         wall seconds of the timed calls (after ``--warmup`` untimed calls),
+                    ended by ``jax.block_until_ready``: at least ``--chunks`` train calls /
+                    3 env calls, and more until ``--min-seconds`` have passed.
+    env_steps_per_s environment steps per second, all runs together: T × E × R per update
+                    (train) or per call (env).
+    agent_steps_per_s  env_steps_per_s × N.
+    peak_rss_mib    peak resident memory of the measuring process (``ru_maxrss``), MiB,
+                    read right after this kind's measurement; ``baseline_rss_mib`` is the
+                    same just before its program was built (imports, env construction,
+                    and for "train" the env-only measurement before it).
+    device_peak_mib ``peak_bytes_in_use`` of device 0 in MiB when the backend reports
+                    memory stats (GPU/TPU); null on CPU.
+    process_wall_s  wall seconds of the whole subprocess for this num_envs (imports, both kinds).
+Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
+    updates_per_s, num_epochs, num_minibatches, hidden, preset, init_compile_s.
+Env lines also hold: calls_timed (each call is T steps of E × R environments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from jaxpo.cli import parse_env_arg
+
+DEFAULT_NUM_ENVS = (16, 64, 256, 1024)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="jaxpo training and env-only throughput; prints JSON lines (see the module docstring).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--env", default="MPE_simple_spread_v3", help="environment name (jaxpo.envs.make)")
+    p.add_argument("--env-arg", action="append", type=parse_env_arg, default=[], metavar="KEY=VALUE",
+                   help="environment keyword argument (repeatable; VALUE parsed as a Python literal)")
+    p.add_argument("--num-envs", type=int, nargs="+", default=list(DEFAULT_NUM_ENVS), help="E values to measure")
+    p.add_argument("--num-steps", type=int, default=64, help="T, rollout length per update")
+    p.add_argument("--seeds", type=int, default=1, help="R, runs vmapped in one program")
+    p.add_argument("--updates-per-chunk", type=int, default=2, help="K, train updates per compiled call")
+    p.add_argument("--chunks", type=int, default=2, help="at least this many timed train calls")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls after compile")
+    p.add_argument("--num-epochs", type=int, default=4)
+    p.add_argument("--num-minibatches", type=int, default=4)
+    p.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
+    p.add_argument("--preset", default="ippo",
+                   help="support preset (traced data: it does not change the compiled program)")
+    p.add_argument("--min-seconds", type=float, default=1.0,
+                   help="keep calling the timed function until at least this long has passed")
+    p.add_argument("--kinds", nargs="+", choices=("train", "env"), default=["train", "env"])
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per num_envs subprocess")
+    p.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+# ---------------------------------------------------------------- measuring (child)
+
+
+def _rss_mib() -> float:
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib / (1024 * 1024) if sys.platform == "darwin" else kib / 1024  # macOS reports bytes
+
+
+def _device_peak_mib():
+    import jax
+
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # not implemented on some backends
+        return None
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return stats["peak_bytes_in_use"] / 2**20
+
+
+def _common(args, env) -> dict:
+    import jax
+
+    import jaxpo
+
+    return dict(
+        env=args.env,
+        env_kwargs=dict(args.env_arg),
+        num_envs=args.num_envs[0],
+        num_steps=args.num_steps,
+        num_agents=env.num_agents,
+        runs=args.seeds,
+        backend=jax.default_backend(),
+        device_kind=jax.devices()[0].device_kind,
+        num_devices=jax.device_count(),
+        jax_version=jax.__version__,
+        jaxpo_version=jaxpo.__version__,
+    )
+
+
+def _measure_train(args) -> dict:
+    import jax
+    import numpy as np
+
+    import jaxpo
+
+    num_envs = args.num_envs[0]
+    config = jaxpo.Config(
+        env=args.env,
+        env_kwargs=dict(args.env_arg),
+        num_envs=num_envs,
+        num_steps=args.num_steps,
+        num_updates=args.updates_per_chunk,
+        updates_per_chunk=args.updates_per_chunk,
+        num_epochs=args.num_epochs,
+        num_minibatches=args.num_minibatches,
+        hidden=tuple(args.hidden),
+    )
+    tr = jaxpo.trainer(config)
+    sup = jaxpo.make_support(args.preset, tr.num_agents, coupling=tr.env.coupling)
+    hyper, seeds, _ = jaxpo.runs(sup, seeds=range(args.seeds))
+    keys = jax.vmap(jax.random.PRNGKey)(jax.numpy.asarray(seeds, jax.numpy.uint32))
+    baseline = _rss_mib()
+
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(tr.init_runs(keys, hyper))
+    init_compile_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    chunk = tr.chunk_runs.lower(state, hyper).compile()
+    compile_s = time.perf_counter() - t0
+
+    for _ in range(args.warmup):
+        state, metrics = chunk(state, hyper)
+    jax.block_until_ready((state, metrics) if args.warmup else state)
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        state, metrics = chunk(state, hyper)
+        calls += 1
+        if calls >= args.chunks:
+            jax.block_until_ready((state, metrics))
+            if time.perf_counter() - t0 >= args.min_seconds:
+                break
+    timed_s = time.perf_counter() - t0
+    if not np.all(np.isfinite(np.asarray(metrics["policy_loss"]))):
+        print("warning: non-finite policy loss", file=sys.stderr)
+
+    updates = calls * args.updates_per_chunk
+    env_steps = updates * config.steps_per_update * args.seeds
+    return dict(
+        kind="train",
+        **_common(args, tr.env),
+        updates_per_chunk=args.updates_per_chunk,
+        chunks_timed=calls,
+        updates_timed=updates,
+        num_epochs=args.num_epochs,
+        num_minibatches=args.num_minibatches,
+        hidden=list(args.hidden),
+        preset=args.preset,
+        init_compile_s=round(init_compile_s, 3),
+        compile_s=round(compile_s, 3),
+        timed_s=round(timed_s, 4),
+        updates_per_s=round(updates / timed_s, 3),
+        env_steps_per_s=round(env_steps / timed_s, 1),
+        agent_steps_per_s=round(env_steps * tr.num_agents / timed_s, 1),
+        baseline_rss_mib=round(baseline, 1),
+        peak_rss_mib=round(_rss_mib(), 1),
+        device_peak_mib=_round(_device_peak_mib()),
+    )
+
+
+def _measure_env(args) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from jaxpo import envs
+
+    env = envs.AutoReset(envs.make(args.env, **dict(args.env_arg)))
+    num_envs = args.num_envs[0] * args.seeds  # the train kind steps E envs in each of R runs
+    num_steps = args.num_steps
+
+    @jax.jit
+    def reset(key):
+        return jax.vmap(env.reset)(jax.random.split(key, num_envs))
+
+    def one_step(carry, key):
+        state, ts, total = carry
+        key_act, key_env = jax.random.split(key)
+        logits = jnp.where(ts.action_mask, 0.0, -jnp.inf)  # uniform over available actions
+        actions = jax.random.categorical(key_act, logits).astype(jnp.int32)  # [E, N]
+        state, ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state, actions)
+        return (state, ts, total + ts.reward.sum()), None
+
+    @jax.jit
+    def run(state, ts, key):
+        key, key_steps = jax.random.split(key)
+        (state, ts, total), _ = jax.lax.scan(
+            one_step, (state, ts, jnp.float32(0)), jax.random.split(key_steps, num_steps)
+        )
+        return state, ts, key, total
+
+    baseline = _rss_mib()
+    key = jax.random.PRNGKey(0)
+    state, ts = jax.block_until_ready(reset(key))
+    t0 = time.perf_counter()
+    compiled = run.lower(state, ts, key).compile()
+    compile_s = time.perf_counter() - t0
+
+    key = jax.random.PRNGKey(1)
+    for _ in range(args.warmup):
+        state, ts, key, total = compiled(state, ts, key)
+    jax.block_until_ready(state)
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        state, ts, key, total = compiled(state, ts, key)
+        calls += 1
+        if calls >= 3:
+            jax.block_until_ready(total)
+            if time.perf_counter() - t0 >= args.min_seconds:
+                break
+    timed_s = time.perf_counter() - t0
+    env_steps = calls * num_steps * num_envs
+    return dict(
+        kind="env",
+        **_common(args, env),
+        calls_timed=calls,
+        compile_s=round(compile_s, 3),
+        timed_s=round(timed_s, 4),
+        env_steps_per_s=round(env_steps / timed_s, 1),
+        agent_steps_per_s=round(env_steps * env.num_agents / timed_s, 1),
+        baseline_rss_mib=round(baseline, 1),
+        peak_rss_mib=round(_rss_mib(), 1),
+        device_peak_mib=_round(_device_peak_mib()),
+    )
+
+
+def _round(x, nd=1):
+    return None if x is None else round(x, nd)
+
+
+def single(args) -> None:
+    """Measures one num_envs (env first, then train); JSON lines to the real stdout, all else to stderr."""
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr  # library prints must not corrupt the JSON stream
+    try:
+        for kind in ("env", "train"):
+            if kind in args.kinds:
+                record = _measure_env(args) if kind == "env" else _measure_train(args)
+                print(json.dumps(record), file=real_stdout, flush=True)
+    finally:
+        sys.stdout = real_stdout
+
+
+# ---------------------------------------------------------------- driving (parent)
+
+
+def _child_argv(args, num_envs: int) -> list[str]:
+    argv = [sys.executable, os.path.abspath(__file__), "--single", "--kinds", *args.kinds,
+            "--env", args.env, "--num-envs", str(num_envs), "--num-steps", str(args.num_steps),
+            "--seeds", str(args.seeds), "--updates-per-chunk", str(args.updates_per_chunk),
+            "--chunks", str(args.chunks), "--warmup", str(args.warmup),
+            "--num-epochs", str(args.num_epochs), "--num-minibatches", str(args.num_minibatches),
+            "--hidden", *map(str, args.hidden), "--preset", args.preset,
+            "--min-seconds", str(args.min_seconds)]
+    for key, value in args.env_arg:
+        argv += ["--env-arg", f"{key}={value!r}"]
+    return argv
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.single:
+        if len(args.num_envs) != 1:
+            raise SystemExit("--single needs exactly one --num-envs")
+        single(args)
+        return 0
+    failures = 0
+    for num_envs in args.num_envs:
+        start = time.perf_counter()
+        print(f"[throughput] num_envs={num_envs}: {' + '.join(args.kinds)} ...", file=sys.stderr, flush=True)
+        records, error = {}, None
+        try:
+            proc = subprocess.run(_child_argv(args, num_envs), capture_output=True, text=True, timeout=args.timeout)
+            for line in proc.stdout.splitlines():
+                if line.startswith("{"):
+                    record = json.loads(line)
+                    records[record["kind"]] = record
+            if proc.returncode != 0:
+                tail = (proc.stderr or "").strip().splitlines()[-5:]
+                error = f"exit {proc.returncode}: " + " | ".join(tail)
+        except subprocess.TimeoutExpired:
+            error = f"timed out after {args.timeout:g} s"
+        wall_s = round(time.perf_counter() - start, 2)
+        for kind in args.kinds:
+            if kind in records:
+                record = {**records[kind], "process_wall_s": wall_s}
+            else:
+                failures += 1
+                record = dict(kind=kind, env=args.env, env_kwargs=dict(args.env_arg), num_envs=num_envs,
+                              num_steps=args.num_steps, runs=args.seeds, error=error or "no result")
+            print(json.dumps(record), flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
