@@ -16,14 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from .params import check_int
+
 UNREACHABLE: int = int(np.iinfo(np.int32).max)
 """Distance reported by :func:`hop_distances` for pairs with no path."""
-
-
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def ring(n: int) -> np.ndarray:
@@ -31,7 +27,7 @@ def ring(n: int) -> np.ndarray:
 
     n = 1 has no edges; n = 2 is a single edge.
     """
-    n = _check_int(n, "n", 1)
+    n = check_int(n, "n", 1)
     a = np.zeros((n, n), np.uint8)
     i = np.arange(n)
     a[i, (i + 1) % n] = 1
@@ -42,8 +38,8 @@ def ring(n: int) -> np.ndarray:
 
 def grid(rows: int, cols: int) -> np.ndarray:
     """4-neighbour grid without wrap-around, nodes row-major. uint8 ``[rows*cols, rows*cols]``."""
-    rows = _check_int(rows, "rows", 1)
-    cols = _check_int(cols, "cols", 1)
+    rows = check_int(rows, "rows", 1)
+    cols = check_int(cols, "cols", 1)
     n = rows * cols
     a = np.zeros((n, n), np.uint8)
     idx = np.arange(n).reshape(rows, cols)
@@ -135,7 +131,7 @@ def neighbourhood(adjacency: Any, c: int) -> np.ndarray:
 
     Equals ``1[(A + I)^c > 0]``; only c BFS levels are expanded.
     """
-    c = _check_int(c, "c", 0)
+    c = check_int(c, "c", 0)
     return (_bfs(validate_adjacency(adjacency, symmetric=False), c) <= c).astype(np.uint8)
 
 

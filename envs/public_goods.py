@@ -69,6 +69,7 @@ from flax import struct
 
 from .base import Env, TimeStep
 from .graphs import grid, neighbourhood, ring, validate_adjacency
+from .params import check_int, check_real
 
 GRAPHS = ("ring", "grid")
 
@@ -86,24 +87,6 @@ class PublicGoodsState:
     stock: jax.Array
     contribution: jax.Array
     t: jax.Array
-
-
-def _int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _real(value: Any, name: str, low: float, high: float = math.inf, low_open: bool = False,
-          high_open: bool = True) -> float:
-    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
-    if ok:
-        v = float(value)
-        ok = math.isfinite(v) and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-    if not ok:
-        rng = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be a finite real number in {rng}, got {value!r}")
-    return float(value)
 
 
 class PublicGoods(Env):
@@ -144,16 +127,16 @@ class PublicGoods(Env):
         init_stock: float = 0.5,
         cap: float | None = None,
     ):
-        n = self.num_agents = _int(num_agents, "num_agents", 1)
-        self.radius = _int(radius, "radius", 0)
-        self.max_steps = _int(max_steps, "max_steps", 1)
-        self.num_actions = _int(num_actions, "num_actions", 2)
-        self.decay = _real(decay, "decay", 0.0, 1.0)
-        self.benefit = _real(benefit, "benefit", 0.0, low_open=True)
-        self.cost = _real(cost, "cost", 0.0, low_open=True)
-        self.noise = _real(noise, "noise", 0.0, 1.0)
-        self.init_stock = _real(init_stock, "init_stock", 0.0)
-        self.cap = None if cap is None else _real(cap, "cap", 0.0, low_open=True)
+        n = self.num_agents = check_int(num_agents, "num_agents", 1)
+        self.radius = check_int(radius, "radius", 0)
+        self.max_steps = check_int(max_steps, "max_steps", 1)
+        self.num_actions = check_int(num_actions, "num_actions", 2)
+        self.decay = check_real(decay, "decay", 0.0, 1.0, high_open=True)
+        self.benefit = check_real(benefit, "benefit", 0.0, low_open=True)
+        self.cost = check_real(cost, "cost", 0.0, low_open=True)
+        self.noise = check_real(noise, "noise", 0.0, 1.0, high_open=True)
+        self.init_stock = check_real(init_stock, "init_stock", 0.0)
+        self.cap = None if cap is None else check_real(cap, "cap", 0.0, low_open=True)
 
         if isinstance(graph, str):
             if graph not in GRAPHS:
@@ -252,7 +235,7 @@ class PublicGoods(Env):
           cap = None; upper bounds with a cap. Agent j faces a dilemma iff
           ``own[j] < cost < team[j]``.
         """
-        h = 1.0 if steps_left is None else 1.0 - self.decay ** _int(steps_left, "steps_left", 0)
+        h = 1.0 if steps_left is None else 1.0 - self.decay ** check_int(steps_left, "steps_left", 0)
         return self.benefit * h * self._own_weight, self.benefit * h * self._team_weight
 
     def reference_policy(self, key: jax.Array, state: PublicGoodsState) -> jax.Array:
@@ -319,9 +302,9 @@ def _grid_shape(n: int, rows: Any, cols: Any) -> tuple[int, int]:
                              "num_agents is not a perfect square")
         return side, side
     if rows is not None:
-        rows = _int(rows, "rows", 1)
+        rows = check_int(rows, "rows", 1)
     if cols is not None:
-        cols = _int(cols, "cols", 1)
+        cols = check_int(cols, "cols", 1)
     rows = n // cols if rows is None else rows
     cols = n // rows if cols is None else cols
     if rows * cols != n:

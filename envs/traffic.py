@@ -15,14 +15,13 @@ there is no neighbour.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
 from .base import Env, TimeStep
+from .params import check_int, check_real
 
 # Out-direction h -> (row, col) offset of the neighbour it leads to.
 _DR = np.array([1, 0, -1, 0])
@@ -30,24 +29,6 @@ _DC = np.array([0, -1, 0, 1])
 # Phase -> which incoming sides have green: 0 = North-South, 1 = East-West.
 _GREEN = np.array([[True, False, True, False], [False, True, False, True]])
 _TSS_CAP = 20  # time-since-switch saturates here in the observation
-
-
-def _check_int(name, value, lo, hi=None):
-    hi_txt = "" if hi is None else f", <= {hi}"
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not ok or value < lo or (hi is not None and value > hi):
-        raise ValueError(f"{name} must be an integer >= {lo}{hi_txt}, got {value!r}")
-    return int(value)
-
-
-def _check_float(name, value, lo, hi, lo_open=False):
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    ok = ok and math.isfinite(float(value))
-    ok = ok and (float(value) > lo if lo_open else float(value) >= lo) and float(value) <= hi
-    if not ok:
-        lo_txt = f"> {lo}" if lo_open else f">= {lo}"
-        raise ValueError(f"{name} must be a number {lo_txt} and <= {hi}, got {value!r}")
-    return float(value)
 
 
 @struct.dataclass
@@ -129,14 +110,14 @@ class TrafficGrid(Env):
         max_steps: int = 200,
         queue_scale: float = 10.0,
     ):
-        self.rows = _check_int("rows", rows, 2, 32)
-        self.cols = _check_int("cols", cols, 2, 32)
-        self.arrival_rate = _check_float("arrival_rate", arrival_rate, 0.0, 1.0)
-        self.service_rate = _check_int("service_rate", service_rate, 1, 16)
-        self.turn_prob = _check_float("turn_prob", turn_prob, 0.0, 1.0)
-        self.capacity = None if capacity is None else _check_int("capacity", capacity, 1, 10_000)
-        self.max_steps = _check_int("max_steps", max_steps, 1)
-        self.queue_scale = _check_float("queue_scale", queue_scale, 0.0, 1e6, lo_open=True)
+        self.rows = check_int(rows, "rows", 2, 32)
+        self.cols = check_int(cols, "cols", 2, 32)
+        self.arrival_rate = check_real(arrival_rate, "arrival_rate", 0.0, 1.0)
+        self.service_rate = check_int(service_rate, "service_rate", 1, 16)
+        self.turn_prob = check_real(turn_prob, "turn_prob", 0.0, 1.0)
+        self.capacity = None if capacity is None else check_int(capacity, "capacity", 1, 10_000)
+        self.max_steps = check_int(max_steps, "max_steps", 1)
+        self.queue_scale = check_real(queue_scale, "queue_scale", 0.0, 1e6, low_open=True)
 
         n = self.rows * self.cols
         self.num_agents = n

@@ -27,21 +27,7 @@ import numpy as np
 from flax import struct
 
 from .base import Env, TimeStep
-
-
-def _check_int(name, value, lo, hi=None):
-    hi_txt = "" if hi is None else f", <= {hi}"
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not ok or value < lo or (hi is not None and value > hi):
-        raise ValueError(f"{name} must be an integer >= {lo}{hi_txt}, got {value!r}")
-    return int(value)
-
-
-def _check_prob(name, value):
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
-    return float(value)
+from .params import check_int, check_prob
 
 
 def _bracket(n: int, m: int) -> np.ndarray:
@@ -125,18 +111,18 @@ class WirelessAccess(Env):
         success_prob: float | np.ndarray = 0.8,
         max_steps: int = 100,
     ):
-        n = self.num_users = _check_int("num_users", num_users, 2)
+        n = self.num_users = check_int(num_users, "num_users", 2)
         if layout not in ("line", "grid"):
             raise ValueError(f"layout must be one of 'line', 'grid', got {layout!r}")
         self.layout = layout
-        self.deadline = _check_int("deadline", deadline, 1, 64)
-        self.arrival_prob = _check_prob("arrival_prob", arrival_prob)
-        self.max_steps = _check_int("max_steps", max_steps, 1)
+        self.deadline = check_int(deadline, "deadline", 1, 64)
+        self.arrival_prob = check_prob(arrival_prob, "arrival_prob")
+        self.max_steps = check_int(max_steps, "max_steps", 1)
 
         if layout == "line":
             if grid_shape is not None:
                 raise ValueError(f"grid_shape applies only to layout='grid', got {grid_shape!r}")
-            m = self.num_aps = n + 1 if num_aps is None else _check_int("num_aps", num_aps, 2)
+            m = self.num_aps = n + 1 if num_aps is None else check_int(num_aps, "num_aps", 2)
             lo = _bracket(n, m)
             access = np.stack([lo, lo + 1], axis=1)
             self._user_xy = np.stack([(np.arange(n) + 0.5) * (m - 1) / n, np.zeros(n)], 1)
@@ -149,14 +135,14 @@ class WirelessAccess(Env):
                 grid_shape = (side, side)
             if not (isinstance(grid_shape, (tuple, list)) and len(grid_shape) == 2):
                 raise ValueError(f"grid_shape must be a pair (rows, cols) of integers >= 1, got {grid_shape!r}")
-            rows, cols = (_check_int("grid_shape", g, 1) for g in grid_shape)
+            rows, cols = (check_int(g, "grid_shape", 1) for g in grid_shape)
             if rows * cols != n:
                 raise ValueError(f"grid_shape must multiply to num_users={n}, got {grid_shape!r}")
             if num_aps is None:
                 num_aps = (rows + 1, cols + 1)
             if not (isinstance(num_aps, (tuple, list)) and len(num_aps) == 2):
                 raise ValueError(f"num_aps must be a pair (ap_rows, ap_cols) of integers >= 2 for layout='grid', got {num_aps!r}")
-            ar, ac = (_check_int("num_aps", g, 2) for g in num_aps)
+            ar, ac = (check_int(g, "num_aps", 2) for g in num_aps)
             self.grid_shape, self.ap_shape = (rows, cols), (ar, ac)
             m = self.num_aps = ar * ac
             r, c = np.divmod(np.arange(n), cols)
