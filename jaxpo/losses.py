@@ -1,4 +1,4 @@
-"""The support-matrix clipped surrogate, the clipped value loss and the entropy bonus.
+"""The support-matrix clipped surrogate, the clipped value losses and the entropy bonus.
 
 Pure functions. N agents; the last axis of every per-agent array is the agent axis.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import chex
 import jax
 import jax.numpy as jnp
+import optax
 
 NORMALIZE_SCOPES = ("none", "batch", "agent")
 _EPS = 1e-8
@@ -164,15 +165,77 @@ def value_loss(
     Returns:
       Scalar loss.
     """
+    return _clipped_value_loss(values, old_values, returns, clip_eps, lambda e: 0.5 * jnp.square(e), True)
+
+
+def _clipped_value_loss(values, old_values, returns, clip_eps, error_loss, clip) -> chex.Array:
+    """``max(f(R − v), f(R − v_clip))`` (only ``f(R − v)`` when not ``clip``) with
+    ``v_clip = v_old + clip(v − v_old, −ε, ε)``; summed over agents, mean over batch."""
     chex.assert_rank([values, old_values, returns], 2)
     chex.assert_equal_shape([values, old_values, returns])
     old_values = jax.lax.stop_gradient(old_values)
     returns = jax.lax.stop_gradient(returns)
     clipped_values = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
-    per_entry = 0.5 * jnp.maximum(
-        jnp.square(values - returns), jnp.square(clipped_values - returns)
-    )
+    loss_original = error_loss(returns - values)
+    loss_clipped = error_loss(returns - clipped_values)
+    per_entry = jnp.where(clip, jnp.maximum(loss_original, loss_clipped), loss_original)
     return jnp.mean(jnp.sum(per_entry, axis=-1))
+
+
+def huber(x: chex.Array, delta: chex.Numeric) -> chex.Array:
+    """Elementwise Huber function: ``½ x²`` for ``|x| ≤ δ``, ``δ (|x| − ½ δ)`` otherwise.
+
+    Args:
+      x: float array of any shape.
+      delta: scalar δ > 0; may be traced.
+
+    Returns:
+      Array shaped like ``x``.
+    """
+    return optax.losses.huber_loss(x, delta=delta)
+
+
+def value_loss_huber(
+    values: chex.Array,
+    old_values: chex.Array,
+    returns: chex.Array,
+    clip_eps: chex.Numeric,
+    delta: chex.Numeric = 10.0,
+    clip: chex.Numeric = True,
+) -> chex.Array:
+    """Clipped Huber value loss of MAPPO / HARL, per agent critic.
+
+        v_clip = v_old + clip(v − v_old, −ε, ε)
+        loss   = max(huber(R − v, δ), huber(R − v_clip, δ))   (only huber(R − v, δ)
+                                                              when ``clip`` is False)
+
+    summed over agents, averaged over the batch (as ``value_loss``). Reference:
+    ``cal_value_loss`` in marlbenchmark/on-policy
+    ``onpolicy/algorithms/r_mappo/r_mappo.py`` and PKU-MARL/HARL
+    ``harl/algorithms/critics/v_critic.py``; defaults ``huber_delta = 10``,
+    ``use_huber_loss``/``use_clipped_value_loss`` True (on-policy
+    ``onpolicy/config.py``, HARL ``harl/configs/algos_cfgs/mappo.yaml``). There the
+    targets are first normalised with ValueNorm (``jaxpo.valuenorm``: ``update`` with
+    the returns, then ``normalize``), so ``returns`` should be the normalised
+    returns and ``values``/``old_values`` the critic's normalised outputs.
+    Differences from the reference: it averages over every (batch, agent) entry
+    (×1/N relative to this sum over agents) and can weight by active masks; and
+    on-policy's ``huber_loss`` (``onpolicy/utils/util.py``) tests ``e > d`` instead of
+    ``|e| > d``, giving zero loss for errors below −δ — this follows HARL's
+    ``harl/utils/models_tools.py``, the standard Huber function.
+
+    Args:
+      values: ``[B, N]`` current critic values.
+      old_values: ``[B, N]`` values at rollout time.
+      returns: ``[B, N]`` value targets.
+      clip_eps: scalar ε; may be traced.
+      delta: scalar Huber δ; may be traced.
+      clip: whether to take the max with the clipped loss; a bool, may be traced.
+
+    Returns:
+      Scalar loss.
+    """
+    return _clipped_value_loss(values, old_values, returns, clip_eps, lambda e: huber(e, delta), clip)
 
 
 def entropy_bonus(entropy: chex.Array) -> chex.Array:

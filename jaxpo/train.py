@@ -280,10 +280,15 @@ class Trainer:
             advantages = losses.aggregate_advantages(advantages, hyper.S_A)
         advantages = losses.normalize_advantages(advantages, cfg.adv_norm)
 
-        # Flatten [T, E] into one batch axis; agents stay together in each sample.
+        # Flatten [T, E] into one batch axis; agents stay together in each sample. Only
+        # the fields the loss reads are shuffled.
         batch_size = cfg.num_steps * cfg.num_envs
         flat = lambda x: x.reshape(batch_size, *x.shape[2:])
-        data = jax.tree.map(flat, (traj.replace(final_critic_obs=None), advantages, targets))
+        loss_inputs = traj.replace(
+            reward=None, terminated=None, truncated=None, final_critic_obs=None,
+            episode_return=None, episode_length=None,
+        )
+        data = jax.tree.map(flat, (loss_inputs, advantages, targets))
         optimizer = _optimizer(hyper)
         grad_fn = jax.value_and_grad(self._loss, has_aux=True)
 
