@@ -1,0 +1,241 @@
+"""Exact HAPPO: the sequential (heterogeneous-agent) actor update, as a pure function.
+
+The HARL scheme (Kuba et al., 2022; PKU-MARL/HARL ``on_policy_ha_runner.py`` and
+``algorithms/actors/happo.py``). Per train step the agents are updated one after
+another in ``order`` (a fresh random permutation each step). With ``M_0 = 1``:
+
+    for p, m in enumerate(order):
+        agent m takes num_epochs × num_minibatches optimiser steps on
+            L_m = − mean_b M_p · min(ρ_m A_m, clip(ρ_m, 1 − ε, 1 + ε) A_m) − c_H · mean_b H[π_m]
+        M_{p+1} = M_p · π_m,new(a_m|o_m) / π_m,old(a_m|o_m)     (whole batch)
+
+Only agent m's own ratio ρ_m is clipped; the factor M_p — the product of the
+already-updated agents' new/old ratios, unclipped — is a constant (no gradient flows
+into earlier agents). The critic is not touched here; it is trained separately.
+
+Layout: per-agent actor parameters *and* optimiser states carry a leading agent axis
+``[N, ...]`` (``init_opt_state`` vmaps ``optimizer.init``, so every agent has its own
+Adam moments and step count, as HARL's per-agent torch optimisers do). ``lax.scan``
+runs over the order positions: it gathers agent m's slice by dynamic indexing, trains
+it, writes it back with ``.at[m].set``. ``order`` is traced, so every permutation
+shares one compiled program. Parameters must be per-agent (``share_params=False``):
+with one shared actor there is no per-agent slice to update in sequence.
+
+Shapes: B transitions (the flattened T × E batch), N agents, O observation width,
+A actions, K = len(order) (normally N).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import chex
+import distrax
+import jax
+import jax.numpy as jnp
+import optax
+
+ActorApply = Callable[[Any, jax.Array, jax.Array], distrax.Categorical]
+
+
+def init_opt_state(optimizer: optax.GradientTransformation, actor_params: Any) -> Any:
+    """Per-agent optimiser states: ``optimizer.init`` vmapped over the leading agent axis.
+
+    Args:
+      optimizer: the actor's optax transformation (e.g. grad clipping + Adam); the norm
+        of ``clip_by_global_norm`` is then per agent, as in HARL.
+      actor_params: pytree whose every leaf is ``[N, ...]``.
+
+    Returns:
+      Optimiser state pytree whose every array leaf is ``[N, ...]``.
+    """
+    return jax.vmap(optimizer.init)(actor_params)
+
+
+def happo_policy_loss(
+    log_prob: chex.Array,
+    old_log_prob: chex.Array,
+    advantages: chex.Array,
+    factor: chex.Array,
+    clip_eps: chex.Numeric,
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """One agent's HAPPO surrogate (negated, to minimise).
+
+        loss = − mean_b factor_b · min(ρ_b A_b, clip(ρ_b, 1 − ε, 1 + ε) A_b),
+        ρ_b = exp(log_prob_b − old_log_prob_b)
+
+    The factor multiplies the clipped surrogate from outside (it is never clipped and
+    takes no part in the clip decision) and is detached.
+
+    Args:
+      log_prob: ``[B]`` the agent's current ``log π_m(a_m|o_m)``.
+      old_log_prob: ``[B]`` the same under the behaviour policy.
+      advantages: ``[B]`` the agent's (normalised) advantage column.
+      factor: ``[B]`` product of the earlier agents' new/old ratios (1 for the first).
+      clip_eps: scalar ε; may be traced.
+
+    Returns:
+      ``(loss, metrics)``; metrics ``"clip_frac"`` (fraction with ``|ρ − 1| > ε``) and
+      ``"approx_kl"`` (mean of ``(ρ − 1) − log ρ``).
+    """
+    chex.assert_rank([log_prob, old_log_prob, advantages, factor], 1)
+    chex.assert_equal_shape([log_prob, old_log_prob, advantages, factor])
+    old_log_prob, advantages, factor = jax.lax.stop_gradient((old_log_prob, advantages, factor))
+    log_ratio = log_prob - old_log_prob
+    ratio = jnp.exp(log_ratio)
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    loss = -jnp.mean(factor * jnp.minimum(ratio * advantages, clipped * advantages))
+    ratio, log_ratio = jax.lax.stop_gradient((ratio, log_ratio))
+    metrics = {
+        "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(loss.dtype)),
+        "approx_kl": jnp.mean(jnp.expm1(log_ratio) - log_ratio),
+    }
+    return loss, metrics
+
+
+def sequential_actor_trace(
+    actor_apply: ActorApply,
+    actor_params: Any,
+    opt_state: Any,
+    optimizer: optax.GradientTransformation,
+    batch: Any,
+    advantages: chex.Array,
+    order: chex.Array,
+    key: chex.PRNGKey,
+    clip_eps: chex.Numeric,
+    ent_coef: chex.Numeric,
+    num_epochs: int,
+    num_minibatches: int,
+) -> tuple[Any, Any, dict[str, jax.Array]]:
+    """The sequential HAPPO actor update, with per-position diagnostics.
+
+    Args:
+      actor_apply: ``(params_m, obs [b, O], action_mask bool [b, A]) -> Categorical``
+        with batch shape ``[b]``, for ONE agent (params without the agent axis).
+      actor_params: per-agent stacked pytree, every leaf ``[N, ...]``.
+      opt_state: per-agent stacked optimiser state (``init_opt_state``).
+      optimizer: optax transformation; may be built from traced hyperparameters.
+      batch: any object with attributes ``obs [B, N, O]``, ``action_mask bool
+        [B, N, A]``, ``action int [B, N]``, ``log_prob [B, N]`` (behaviour policy),
+        e.g. a ``rollout.Transition`` flattened to ``[B, ...]``. Other fields are ignored.
+      advantages: ``[B, N]`` column m is agent m's advantage (for HAPPO every column is
+        the normalised team advantage; distinct columns are allowed).
+      order: int ``[K]`` distinct agent indices, updated in this order (K = N for
+        HAPPO; a prefix updates only those agents). Traced.
+      key: PRNG key for the minibatch shuffles. Agent m shuffles with
+        ``split(key, N)[m]``; its epoch e with ``split(that, num_epochs)[e]``, whose
+        ``permutation`` of B is cut into ``num_minibatches`` consecutive minibatches.
+      clip_eps, ent_coef: scalars; may be traced.
+      num_epochs, num_minibatches: static; ``num_minibatches`` must divide B.
+
+    Returns:
+      ``(actor_params, opt_state, trace)``. Agents not in ``order`` are returned
+      unchanged. ``trace`` stacks over order positions p: ``"agent" [K]``,
+      ``"factor" [K, B]`` (the factor M_p agent order[p] trained with),
+      ``"policy_loss"``, ``"entropy"``, ``"clip_frac"``, ``"approx_kl"`` ``[K]``
+      (means over that agent's epochs × minibatches), and ``"joint_ratio" [B]`` =
+      M_K, the product of all updated agents' new/old ratios.
+    """
+    obs, mask, action, old_log_prob = batch.obs, batch.action_mask, batch.action, batch.log_prob
+    chex.assert_rank([obs, mask, action, old_log_prob, advantages, order], [3, 3, 2, 2, 2, 1])
+    chex.assert_equal_shape([action, old_log_prob, advantages])
+    chex.assert_equal_shape_prefix([obs, mask, action], 2)
+    chex.assert_type(order, int)
+    num_samples, num_agents = action.shape
+    chex.assert_tree_shape_prefix(actor_params, (num_agents,))
+    if order.shape[0] > num_agents:
+        raise ValueError(f"order has {order.shape[0]} entries but there are {num_agents} agents")
+    if num_samples % num_minibatches:
+        raise ValueError(f"num_minibatches ({num_minibatches}) must divide the batch size ({num_samples})")
+
+    # Agent-major [N, B, ...] so that agent m's data is one dynamic slice.
+    data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), (obs, mask, action, old_log_prob, advantages))
+    agent_keys = jax.random.split(key, num_agents)
+    take = lambda tree, m: jax.tree.map(lambda x: x[m], tree)
+    put = lambda tree, m, new: jax.tree.map(lambda x, y: x.at[m].set(y), tree, new)
+
+    def loss_fn(params_m, minibatch):
+        obs_m, mask_m, action_m, old_lp, adv, factor = minibatch
+        dist = actor_apply(params_m, obs_m, mask_m)
+        pi_loss, metrics = happo_policy_loss(dist.log_prob(action_m), old_lp, adv, factor, clip_eps)
+        entropy = jnp.mean(dist.entropy())
+        return pi_loss - ent_coef * entropy, {"policy_loss": pi_loss, "entropy": entropy, **metrics}
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
+
+    def minibatch_step(carry, minibatch):
+        params_m, opt_m = carry
+        grads, metrics = grad_fn(params_m, minibatch)
+        updates, opt_m = optimizer.update(grads, opt_m, params_m)
+        return (optax.apply_updates(params_m, updates), opt_m), metrics
+
+    def agent_step(carry, m):
+        params, opt, factor = carry
+        params_m, opt_m = take(params, m), take(opt, m)
+        agent_data = (*take(data, m), factor)
+
+        def epoch(carry, epoch_key):
+            perm = jax.random.permutation(epoch_key, num_samples)
+            shuffled = jax.tree.map(lambda x: x[perm].reshape(num_minibatches, -1, *x.shape[1:]), agent_data)
+            return jax.lax.scan(minibatch_step, carry, shuffled)
+
+        epoch_keys = jax.random.split(agent_keys[m], num_epochs)
+        (params_m, opt_m), metrics = jax.lax.scan(epoch, (params_m, opt_m), epoch_keys)
+
+        # Unclipped new/old ratio of the updated agent on the whole batch.
+        obs_m, mask_m, action_m, old_lp = agent_data[:4]
+        new_lp = actor_apply(params_m, obs_m, mask_m).log_prob(action_m)
+        new_factor = jax.lax.stop_gradient(factor * jnp.exp(new_lp - old_lp))
+
+        out = {"agent": m, "factor": factor, **jax.tree.map(jnp.mean, metrics)}
+        return (put(params, m, params_m), put(opt, m, opt_m), new_factor), out
+
+    factor0 = jnp.ones((num_samples,), old_log_prob.dtype)
+    (actor_params, opt_state, joint_ratio), trace = jax.lax.scan(
+        agent_step, (actor_params, opt_state, factor0), order
+    )
+    return actor_params, opt_state, {**trace, "joint_ratio": joint_ratio}
+
+
+def sequential_actor_update(
+    actor_apply: ActorApply,
+    actor_params: Any,
+    opt_state: Any,
+    optimizer: optax.GradientTransformation,
+    batch: Any,
+    advantages: chex.Array,
+    order: chex.Array,
+    key: chex.PRNGKey,
+    clip_eps: chex.Numeric,
+    ent_coef: chex.Numeric,
+    num_epochs: int,
+    num_minibatches: int,
+) -> tuple[Any, Any, dict[str, jax.Array]]:
+    """The sequential HAPPO actor update with scalar metrics (arguments: ``sequential_actor_trace``).
+
+    Returns:
+      ``(actor_params, opt_state, metrics)``, metrics scalars:
+      ``"policy_loss"``, ``"entropy"`` — summed over the updated agents (as
+      ``losses.ppo_loss`` sums over agents, so the columns compare across schemes);
+      ``"clip_frac"``, ``"approx_kl"`` — averaged over agents;
+      ``"factor_mean"``, ``"factor_std"`` (mean over positions of the std over the
+      batch), ``"factor_min"``, ``"factor_max"`` — of the factors M_p agents trained
+      with; ``"joint_ratio_dev"`` — mean ``|M_K − 1|``, how far the joint policy moved.
+    """
+    actor_params, opt_state, trace = sequential_actor_trace(
+        actor_apply, actor_params, opt_state, optimizer, batch, advantages, order, key,
+        clip_eps, ent_coef, num_epochs, num_minibatches,
+    )
+    factor = trace["factor"]  # [K, B]
+    metrics = {
+        "policy_loss": jnp.sum(trace["policy_loss"]),
+        "entropy": jnp.sum(trace["entropy"]),
+        "clip_frac": jnp.mean(trace["clip_frac"]),
+        "approx_kl": jnp.mean(trace["approx_kl"]),
+        "factor_mean": jnp.mean(factor),
+        "factor_std": jnp.mean(jnp.std(factor, axis=1)),
+        "factor_min": jnp.min(factor),
+        "factor_max": jnp.max(factor),
+        "joint_ratio_dev": jnp.mean(jnp.abs(trace["joint_ratio"] - 1.0)),
+    }
+    return actor_params, opt_state, metrics
