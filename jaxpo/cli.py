@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--clip-eps", type=float, default=0.2, help="PPO clip ε on each term's importance weight")
     tr.add_argument("--per-agent-params", action="store_true", help="per-agent parameters instead of shared + agent id")
     tr.add_argument("--critic-input", default="local", choices=("local", "global"), help="critic input")
+    tr.add_argument(
+        "--scheme", default="simultaneous", choices=("simultaneous", "sequential"),
+        help="sequential = exact HAPPO (agents updated one after another; needs --per-agent-params)",
+    )
+    tr.add_argument("--value-norm", action="store_true", help="MAPPO's running value normalisation")
+    tr.add_argument("--value-loss", default="mse", choices=("mse", "huber"), help="critic loss (huber: δ = 10)")
     tr.add_argument("--out", default=DEFAULTS["out"], help="output directory")
     tr.add_argument("--name", default=None, help="run name (default: <env>-<preset>-<time>)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -103,6 +109,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             env=args.env, env_kwargs=env_kwargs, num_envs=args.num_envs, num_steps=args.num_steps,
             num_updates=updates, updates_per_chunk=updates // chunks,
             share_params=not args.per_agent_params, critic_input=args.critic_input,
+            scheme=args.scheme, value_norm=args.value_norm, value_loss=args.value_loss,
             num_minibatches=_minibatches(args.num_envs * args.num_steps),
         )
         env = config.make_env()

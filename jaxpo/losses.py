@@ -256,12 +256,15 @@ def ppo_loss(
     clip_eps: chex.Numeric,
     vf_coef: chex.Numeric,
     ent_coef: chex.Numeric,
+    huber_delta: chex.Numeric | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """Total loss ``policy_loss + vf_coef · value_loss − ent_coef · entropy_bonus``.
 
     All per-agent inputs are ``[B, N]``; ``advantages`` are the aggregated,
     normalised Â_i; ``S_R`` is ``[N, N]``. ``clip_eps`` is used for both the policy
-    ratio and the value clipping. Every scalar and S_R may be traced.
+    ratio and the value clipping. Every scalar and S_R may be traced. The value loss
+    is ``value_loss`` (squared error), or ``value_loss_huber`` with δ = ``huber_delta``
+    when that is given (MAPPO's critic loss).
 
     Returns:
       ``(loss, metrics)``; metrics (scalars): ``"policy_loss"``, ``"value_loss"``,
@@ -269,7 +272,10 @@ def ppo_loss(
     """
     chex.assert_equal_shape([log_prob, values, entropy])
     pi_loss, pi_metrics = policy_loss(log_prob, old_log_prob, advantages, S_R, clip_eps)
-    v_loss = value_loss(values, old_values, returns, clip_eps)
+    if huber_delta is None:
+        v_loss = value_loss(values, old_values, returns, clip_eps)
+    else:
+        v_loss = value_loss_huber(values, old_values, returns, clip_eps, delta=huber_delta)
     ent = entropy_bonus(entropy)
     loss = pi_loss + vf_coef * v_loss - ent_coef * ent
     metrics = {

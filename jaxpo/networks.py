@@ -42,6 +42,10 @@ class MLP(nn.Module):
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
 
 
+def _masked_categorical(logits: jax.Array, action_mask: jax.Array) -> distrax.Categorical:
+    return distrax.Categorical(logits=jnp.where(action_mask, logits, MASKED_LOGIT))
+
+
 @dataclasses.dataclass(frozen=True)
 class AgentNetwork:
     """An MLP applied to every agent, with shared or per-agent parameters.
@@ -120,8 +124,18 @@ class ActorCritic:
         Masked actions get a logit of ``MASKED_LOGIT``: zero probability, so they are
         never sampled and add nothing to log-probabilities or entropy.
         """
-        logits = self.actor(params["actor"], obs)
-        return distrax.Categorical(logits=jnp.where(action_mask, logits, MASKED_LOGIT))
+        return _masked_categorical(self.actor(params["actor"], obs), action_mask)
+
+    def agent_policy(self, agent_actor_params: Any, obs: jax.Array, action_mask: jax.Array) -> distrax.Categorical:
+        """One agent's policy from its slice of *per-agent* actor parameters.
+
+        ``agent_actor_params``: ``params["actor"]`` indexed at one agent (no agent axis);
+        ``obs [..., O]``, ``action_mask bool [..., A]`` -> distribution with batch shape ``[...]``.
+        Used by the sequential (HAPPO) scheme, which updates one agent at a time.
+        """
+        if self.actor.shared:
+            raise ValueError("agent_policy needs per-agent parameters (shared=False)")
+        return _masked_categorical(self.actor.module.apply(agent_actor_params, obs), action_mask)
 
     def value(self, params: dict[str, Any], critic_obs: jax.Array) -> jax.Array:
         """``critic_obs [..., N, C] -> values [..., N]``."""

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxpo import envs, losses
+from jaxpo import envs, happo, losses, valuenorm
 from jaxpo.gae import gae
 from jaxpo.networks import ACTIVATIONS, ActorCritic
 from jaxpo.rollout import CRITIC_INPUTS, RolloutState, critic_input_dim, reset, rollout
@@ -36,6 +36,8 @@ from jaxpo.support import Support
 
 ADV_NORM_SCOPES = ("none", "batch", "agent")
 AGGREGATE_IN = ("advantage", "reward")
+SCHEMES = ("simultaneous", "sequential")
+VALUE_LOSSES = ("mse", "huber")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +59,16 @@ class Config:
         adv_norm: advantage normalisation scope: "none", "batch" or "agent".
         aggregate_in: where S_A is applied — "advantage" (after per-agent GAE) or
             "reward" (before GAE; critic i then learns the aggregated return).
+        scheme: "simultaneous" — every agent's term of the support-matrix objective in
+            one gradient step; "sequential" — exact HAPPO: agents updated one after
+            another in a fresh random order, each weighted by the detached product of
+            the already-updated agents' ratios (``jaxpo.happo``). Sequential needs
+            per-agent parameters and ignores S_R (the order plays its role).
+        value_norm: MAPPO's running value normaliser (``jaxpo.valuenorm``, one per agent
+            critic): critics predict normalised values, GAE runs on denormalised ones,
+            statistics are updated with each minibatch's returns.
+        value_loss: "mse" (clipped squared error) or "huber" (clipped Huber with
+            δ = ``Hyper.huber_delta``, MAPPO's critic loss).
     """
 
     env: str = "MPE_simple_spread_v3"
@@ -73,6 +85,9 @@ class Config:
     critic_input: str = "local"
     adv_norm: str = "batch"
     aggregate_in: str = "advantage"
+    scheme: str = "simultaneous"
+    value_norm: bool = False
+    value_loss: str = "mse"
 
     def __post_init__(self):
         kwargs = self.env_kwargs
@@ -98,9 +113,14 @@ class Config:
             ("adv_norm", ADV_NORM_SCOPES),
             ("aggregate_in", AGGREGATE_IN),
             ("activation", tuple(ACTIVATIONS)),
+            ("scheme", SCHEMES),
+            ("value_loss", VALUE_LOSSES),
         ):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Config.{field} must be one of {allowed}, got {getattr(self, field)!r}")
+        if self.scheme == "sequential" and self.share_params:
+            raise ValueError("Config.scheme='sequential' (exact HAPPO) needs share_params=False: "
+                             "agents are updated one after another, each with its own parameters")
         if not self.hidden or any(not isinstance(h, (int, np.integer)) or h < 1 for h in self.hidden):
             raise ValueError(f"Config.hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
 
@@ -132,6 +152,7 @@ class Hyper:
     vf_coef: jax.Array
     ent_coef: jax.Array
     max_grad_norm: jax.Array
+    huber_delta: jax.Array
     S_A: jax.Array
     S_R: jax.Array
 
@@ -146,16 +167,17 @@ class Hyper:
         vf_coef: float = 0.5,
         ent_coef: float = 0.01,
         max_grad_norm: float = 0.5,
+        huber_delta: float = 10.0,
     ) -> "Hyper":
         """One run's hyperparameters; ``support`` gives S_A and S_R."""
         scalars = dict(
             lr=lr, clip_eps=clip_eps, gamma=gamma, gae_lambda=gae_lambda,
-            vf_coef=vf_coef, ent_coef=ent_coef, max_grad_norm=max_grad_norm,
+            vf_coef=vf_coef, ent_coef=ent_coef, max_grad_norm=max_grad_norm, huber_delta=huber_delta,
         )
         for name, value in scalars.items():
             if not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
-        for name in ("lr", "clip_eps", "max_grad_norm"):
+        for name in ("lr", "clip_eps", "max_grad_norm", "huber_delta"):
             if scalars[name] <= 0:
                 raise ValueError(f"{name} must be > 0, got {scalars[name]}")
         for name in ("gamma", "gae_lambda"):
@@ -191,6 +213,7 @@ class TrainState:
     params: Any
     opt_state: Any
     rollout: RolloutState
+    value_norm: valuenorm.ValueNormState | None  # [N] statistics; None without value_norm
     key: jax.Array
     update: jax.Array  # int32 [] — train steps done
 
@@ -234,10 +257,17 @@ class Trainer:
     def init(self, key: jax.Array, hyper: Hyper) -> TrainState:
         key_params, key_env, key = jax.random.split(key, 3)
         params = self.net.init(key_params)
+        optimizer = _optimizer(hyper)
+        if self.config.scheme == "sequential":  # one Adam state per agent actor, as in HARL
+            opt_state = {"actor": happo.init_opt_state(optimizer, params["actor"]),
+                         "critic": optimizer.init(params["critic"])}
+        else:
+            opt_state = optimizer.init(params)
         return TrainState(
             params=params,
-            opt_state=_optimizer(hyper).init(params),
+            opt_state=opt_state,
             rollout=reset(self.env, key_env, self.config.num_envs),
+            value_norm=valuenorm.init((self.num_agents,)) if self.config.value_norm else None,
             key=key,
             update=jnp.zeros((), jnp.int32),
         )
@@ -257,7 +287,74 @@ class Trainer:
             clip_eps=hyper.clip_eps,
             vf_coef=hyper.vf_coef,
             ent_coef=hyper.ent_coef,
+            huber_delta=self._huber_delta(hyper),
         )
+
+    def _critic_loss(self, critic_params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
+        """The critic's share of the loss alone (the sequential scheme trains actors apart)."""
+        values = self.net.critic(critic_params, batch.critic_obs)[..., 0]
+        delta = self._huber_delta(hyper)
+        if delta is None:
+            v_loss = losses.value_loss(values, batch.value, targets, hyper.clip_eps)
+        else:
+            v_loss = losses.value_loss_huber(values, batch.value, targets, hyper.clip_eps, delta=delta)
+        return hyper.vf_coef * v_loss, {"value_loss": v_loss}
+
+    def _huber_delta(self, hyper: Hyper) -> jax.Array | None:
+        return hyper.huber_delta if self.config.value_loss == "huber" else None
+
+    def _epochs(self, loss_fn, params, opt_state, value_norm, data, key, optimizer, hyper):
+        """``num_epochs`` × ``num_minibatches`` optimiser steps of
+        ``loss_fn(params, batch, advantages, targets, hyper)`` on reshuffled minibatches
+        of ``data`` (``[B, ...]`` leaves). With value normalisation the statistics are
+        first updated with the minibatch's returns, which are then normalised
+        (MAPPO's reference order). Returns ``((params, opt_state, value_norm), metrics)``.
+        """
+        cfg = self.config
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        batch_size = jax.tree.leaves(data)[0].shape[0]
+
+        def minibatch_update(carry, minibatch):
+            params, opt_state, norm = carry
+            batch, adv, tgt = minibatch
+            if cfg.value_norm:
+                norm = valuenorm.update(norm, tgt)
+                tgt = valuenorm.normalize(norm, tgt)
+            (_, metrics), grads = grad_fn(params, batch, adv, tgt, hyper)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state, norm), metrics
+
+        def epoch(carry, key):
+            perm = jax.random.permutation(key, batch_size)
+            shuffled = jax.tree.map(lambda x: x[perm].reshape(cfg.num_minibatches, -1, *x.shape[1:]), data)
+            return jax.lax.scan(minibatch_update, carry, shuffled)
+
+        return jax.lax.scan(epoch, (params, opt_state, value_norm), jax.random.split(key, cfg.num_epochs))
+
+    def advantages(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[jax.Array, jax.Array]:
+        """``(advantages, value targets)``, each ``[T, E, N]``, for a rollout ``traj``.
+
+        Per-agent GAE (truncated steps bootstrap from the final observation's value; on
+        denormalised values under value normalisation), S_A applied to rewards or to
+        advantages, then advantage normalisation. Targets are unnormalised returns.
+        """
+        cfg = self.config
+        values = traj.value
+        next_values = self.net.value(state.params, traj.final_critic_obs)
+        if cfg.value_norm:
+            values = valuenorm.denormalize(state.value_norm, values)
+            next_values = valuenorm.denormalize(state.value_norm, next_values)
+        rewards = traj.reward
+        if cfg.aggregate_in == "reward":
+            rewards = losses.aggregate_advantages(rewards, hyper.S_A)
+        flags = lambda x: jnp.broadcast_to(x[..., None], rewards.shape)
+        advantages, targets = gae(
+            rewards, values, next_values, flags(traj.terminated), flags(traj.truncated),
+            hyper.gamma, hyper.gae_lambda,
+        )
+        if cfg.aggregate_in == "advantage":
+            advantages = losses.aggregate_advantages(advantages, hyper.S_A)
+        return losses.normalize_advantages(advantages, cfg.adv_norm), targets
 
     def step(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, jax.Array]]:
         cfg = self.config
@@ -265,20 +362,7 @@ class Trainer:
         rollout_state, traj = rollout(
             self.env, self.net, state.params, state.rollout, key_rollout, cfg.num_steps, cfg.critic_input
         )
-
-        # Per-agent GAE; truncated steps bootstrap from the final observation's value.
-        next_values = self.net.value(state.params, traj.final_critic_obs)  # [T, E, N]
-        rewards = traj.reward
-        if cfg.aggregate_in == "reward":
-            rewards = losses.aggregate_advantages(rewards, hyper.S_A)
-        flags = lambda x: jnp.broadcast_to(x[..., None], rewards.shape)
-        advantages, targets = gae(
-            rewards, traj.value, next_values, flags(traj.terminated), flags(traj.truncated),
-            hyper.gamma, hyper.gae_lambda,
-        )
-        if cfg.aggregate_in == "advantage":
-            advantages = losses.aggregate_advantages(advantages, hyper.S_A)
-        advantages = losses.normalize_advantages(advantages, cfg.adv_norm)
+        advantages, targets = self.advantages(state, traj, hyper)
 
         # Flatten [T, E] into one batch axis; agents stay together in each sample. Only
         # the fields the loss reads are shuffled.
@@ -290,25 +374,25 @@ class Trainer:
         )
         data = jax.tree.map(flat, (loss_inputs, advantages, targets))
         optimizer = _optimizer(hyper)
-        grad_fn = jax.value_and_grad(self._loss, has_aux=True)
-
-        def minibatch_update(carry, minibatch):
-            params, opt_state = carry
-            batch, adv, tgt = minibatch
-            (_, metrics), grads = grad_fn(params, batch, adv, tgt, hyper)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), metrics
-
-        def epoch(carry, key):
-            perm = jax.random.permutation(key, batch_size)
-            shuffled = jax.tree.map(
-                lambda x: x[perm].reshape(cfg.num_minibatches, -1, *x.shape[1:]), data
+        if cfg.scheme == "simultaneous":
+            (params, opt_state, norm), loss_metrics = self._epochs(
+                self._loss, state.params, state.opt_state, state.value_norm, data, key_epochs, optimizer, hyper
             )
-            return jax.lax.scan(minibatch_update, carry, shuffled)
-
-        (params, opt_state), loss_metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state), jax.random.split(key_epochs, cfg.num_epochs)
-        )
+        else:  # exact HAPPO: actors one after another, then the critics
+            key_order, key_actor, key_epochs = jax.random.split(key_epochs, 3)
+            order = jax.random.permutation(key_order, self.num_agents)
+            actor, actor_opt, actor_metrics = happo.sequential_actor_update(
+                self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
+                data[0], data[1], order, key_actor, hyper.clip_eps, hyper.ent_coef,
+                cfg.num_epochs, cfg.num_minibatches,
+            )
+            (critic, critic_opt, norm), critic_metrics = self._epochs(
+                self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,
+                data, key_epochs, optimizer, hyper,
+            )
+            params = {"actor": actor, "critic": critic}
+            opt_state = {"actor": actor_opt, "critic": critic_opt}
+            loss_metrics = {**actor_metrics, **critic_metrics}
 
         episodes = jnp.sum(traj.episode_length > 0)
         mean_or_nan = lambda total: jnp.where(episodes > 0, total / jnp.maximum(episodes, 1), jnp.nan)
@@ -320,7 +404,8 @@ class Trainer:
             **jax.tree.map(jnp.mean, loss_metrics),
         }
         new_state = TrainState(
-            params=params, opt_state=opt_state, rollout=rollout_state, key=key, update=state.update + 1
+            params=params, opt_state=opt_state, rollout=rollout_state, value_norm=norm, key=key,
+            update=state.update + 1,
         )
         return new_state, metrics
 

@@ -1,0 +1,92 @@
+"""Options of the one training loop: exact HAPPO (sequential scheme), MAPPO's value
+normalisation and Huber critic loss."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxpo import support, valuenorm
+from jaxpo.gae import gae
+from jaxpo.train import Config, Hyper, runs, train, trainer
+
+SEQUENTIAL = Config(
+    env="MPE_simple_spread_v3", num_envs=4, num_steps=16, num_updates=4, updates_per_chunk=2,
+    num_epochs=2, num_minibatches=2, hidden=(16,), share_params=False, scheme="sequential",
+)
+MAPPO = dataclasses.replace(
+    SEQUENTIAL, scheme="simultaneous", share_params=True, critic_input="global",
+    value_norm=True, value_loss="huber", aggregate_in="reward",
+)
+
+
+def test_sequential_scheme_trains_and_ignores_S_R():
+    """HAPPO's sequential scheme takes its ratio products from the agent order, so S_R
+    has no effect: two supports differing only in S_R train bit-identically."""
+    a = Hyper.create(support.ippo(3))
+    b = Hyper.create(support.happo(3, order=[2, 0, 1]))
+    res = train(SEQUENTIAL, Hyper.stack([a, b]), [0, 0], progress=False)
+    for name, values in res.metrics.items():
+        if name not in ("return", "episode_length"):  # NaN in updates where no episode ended
+            assert np.all(np.isfinite(values)), name
+        np.testing.assert_array_equal(values[0], values[1], err_msg=name)
+    assert {"factor_mean", "factor_min", "factor_max", "joint_ratio_dev"} <= set(res.metrics)
+    # every agent's actor moved, each with its own Adam state (count = epochs × minibatches × updates)
+    first = trainer(SEQUENTIAL).init(jax.random.PRNGKey(0), a)
+    moved = jax.tree.map(lambda x, y: np.abs(np.asarray(x[0]) - np.asarray(y)).reshape(3, -1).max(1),
+                         res.state.params["actor"], first.params["actor"])
+    assert np.all(np.stack(jax.tree.leaves(moved)).max(0) > 0)
+    counts = [np.asarray(x) for x in jax.tree.leaves(res.state.opt_state["actor"]) if np.asarray(x).dtype == np.int32]
+    assert any(c.shape == (2, 3) and np.all(c == 2 * 2 * 4) for c in counts)
+
+
+def test_sequential_needs_per_agent_parameters():
+    with pytest.raises(ValueError, match="needs share_params=False"):
+        dataclasses.replace(SEQUENTIAL, share_params=True)
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        dataclasses.replace(SEQUENTIAL, scheme="alternating")
+    with pytest.raises(ValueError, match="value_loss must be one of"):
+        dataclasses.replace(MAPPO, value_loss="l1")
+    with pytest.raises(ValueError, match="huber_delta must be > 0"):
+        Hyper.create(support.mappo(3), huber_delta=0.0)
+
+
+@pytest.fixture(scope="module")
+def mappo_result():
+    hyper, seeds, labels = runs(support.mappo(3), seeds=[0, 1])
+    return train(MAPPO, hyper, seeds, labels=labels, progress=False)
+
+
+def test_value_norm_tracks_the_returns(mappo_result):
+    state = mappo_result.state.value_norm
+    # debiasing term 1 − β^k after k = epochs × minibatches × updates normaliser updates
+    k = MAPPO.num_epochs * MAPPO.num_minibatches * MAPPO.num_updates
+    np.testing.assert_allclose(state.debiasing_term, 1 - 0.99999**k, rtol=1e-3)
+    mean, var = jax.vmap(valuenorm.running_mean_var)(state)
+    assert mean.shape == (2, 3) and np.all(np.asarray(mean) < 0)  # MPE returns are negative
+    for name in ("value_loss", "policy_loss", "entropy"):
+        assert np.all(np.isfinite(mappo_result.metrics[name])), name
+
+
+def test_gae_runs_on_denormalised_values(mappo_result):
+    """With value normalisation the critic's outputs are denormalised before GAE."""
+    tr = trainer(MAPPO)
+    state = jax.tree.map(lambda x: x[0], mappo_result.state)
+    hyper = jax.tree.map(lambda x: x[0], mappo_result.hyper)
+    from jaxpo.rollout import rollout
+
+    _, traj = rollout(tr.env, tr.net, state.params, state.rollout, jax.random.PRNGKey(3), MAPPO.num_steps, "global")
+    _, targets = tr.advantages(state, traj, hyper)
+    values = valuenorm.denormalize(state.value_norm, traj.value)
+    next_values = valuenorm.denormalize(state.value_norm, tr.net.value(state.params, traj.final_critic_obs))
+    rewards = traj.reward @ hyper.S_A.T  # aggregate_in="reward"
+    flags = lambda x: jnp.broadcast_to(x[..., None], rewards.shape)
+    _, expected = gae(rewards, values, next_values, flags(traj.terminated), flags(traj.truncated),
+                      hyper.gamma, hyper.gae_lambda)
+    np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-5)
+    # and differs from GAE on the raw (normalised) outputs
+    _, raw = gae(rewards, traj.value, tr.net.value(state.params, traj.final_critic_obs),
+                 flags(traj.terminated), flags(traj.truncated), hyper.gamma, hyper.gae_lambda)
+    assert not np.allclose(targets, raw, atol=1e-2)
