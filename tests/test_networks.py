@@ -1,0 +1,81 @@
+"""Actor/critic networks: masks, shared vs per-agent parameters."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxpo.networks import ActorCritic
+
+N, O, A, C = 3, 5, 4, 7
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["shared", "per_agent"])
+def net_and_params(request):
+    net = ActorCritic.create(N, O, A, C, hidden=(8,), shared=request.param)
+    params = net.init(jax.random.PRNGKey(0))
+    # scale the actor's last layer up so the policy is far from uniform
+    params["actor"] = jax.tree.map(lambda x: 30.0 * x, params["actor"])
+    return net, params
+
+
+def test_masked_actions_get_no_mass_no_samples_no_entropy(net_and_params):
+    net, params = net_and_params
+    obs = jax.random.normal(jax.random.PRNGKey(1), (64, N, O))
+    mask = jax.random.bernoulli(jax.random.PRNGKey(2), 0.5, (64, N, A)).at[..., 0].set(True)
+    dist = net.policy(params, obs, mask)
+    probs = np.asarray(dist.probs)
+    assert np.all(probs[~np.asarray(mask)] == 0.0)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-6)
+    samples = dist.sample(seed=jax.random.PRNGKey(3), sample_shape=(200,))  # [200, 64, N]
+    chosen = np.take_along_axis(np.asarray(mask)[None], np.asarray(samples)[..., None], axis=-1)
+    assert chosen.all()
+    # entropy and log-probs are those of the distribution renormalised over available actions
+    logits = np.asarray(net.actor(params["actor"], obs), np.float64)
+    logits = np.where(mask, logits, -np.inf)
+    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    p = np.exp(logp)
+    entropy = -np.where(mask, p * np.where(mask, logp, 0.0), 0.0).sum(-1)
+    np.testing.assert_allclose(dist.entropy(), entropy, rtol=1e-4, atol=1e-5)
+    assert np.all(np.isfinite(np.asarray(dist.entropy())))
+    a = np.asarray(samples[0])
+    np.testing.assert_allclose(dist.log_prob(a), np.take_along_axis(logp, a[..., None], -1)[..., 0], rtol=1e-4, atol=1e-5)
+
+
+def test_parameter_layout(net_and_params):
+    net, params = net_and_params
+    leaves = jax.tree.leaves(params["actor"])
+    if net.actor.shared:
+        assert all(x.shape[0] != N or x.ndim == 1 for x in leaves)
+        first_kernel = params["actor"]["params"]["Dense_0"]["kernel"]
+        assert first_kernel.shape == (O + N, 8)  # observation + one-hot agent id
+    else:
+        assert all(x.shape[0] == N for x in leaves)
+    values = net.value(params, jnp.ones((2, 6, N, C)))
+    assert values.shape == (2, 6, N)
+
+
+def test_per_agent_parameters_are_independent():
+    net = ActorCritic.create(N, O, A, C, hidden=(8,), shared=False)
+    params = net.init(jax.random.PRNGKey(0))
+    obs = jnp.ones((4, N, O))
+    before = net.actor(params["actor"], obs)
+    bumped = jax.tree.map(lambda x: x.at[1].add(0.5), params["actor"])
+    after = net.actor(bumped, obs)
+    np.testing.assert_array_equal(before[:, [0, 2]], after[:, [0, 2]])
+    assert not np.allclose(before[:, 1], after[:, 1])
+    # agent_policy on agent 1's slice is agent 1's column of the stacked policy
+    agent1 = jax.tree.map(lambda x: x[1], params["actor"])
+    np.testing.assert_allclose(net.agent_policy(agent1, obs[:, 1], jnp.ones((4, A), bool)).logits,
+                               jax.nn.log_softmax(before[:, 1]), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_input_shapes():
+    net = ActorCritic.create(N, O, A, C, shared=True)
+    params = net.init(jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match=r"network input must be \[..., 3, 5\]"):
+        net.actor(params["actor"], jnp.ones((2, N, O + 1)))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        ActorCritic.create(N, O, A, C, activation="swish")
+    with pytest.raises(ValueError, match="agent_policy needs per-agent parameters"):
+        net.agent_policy(params["actor"], jnp.ones((2, O)), jnp.ones((2, A), bool))
