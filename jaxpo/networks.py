@@ -26,6 +26,29 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "re
 MASKED_LOGIT = -1e9
 
 
+def orthogonal(scale: float = 1.0, iterations: int = 60) -> Callable[..., jax.Array]:
+    """Orthogonal initialiser for ``[in, out]`` kernels, computed with matrix products only.
+
+    flax's ``orthogonal`` takes a QR decomposition, which on CPU calls LAPACK through a
+    multi-threaded OpenBLAS; called on XLA's thread pool next to other work (vmapped
+    inits of several runs) it deadlocked here. The orthogonal polar factor of a Gaussian
+    matrix is Haar distributed like QR's, and Newton–Schulz iterations
+    ``X ← 1.5 X − 0.5 X XᵀX`` reach it from ``M / ‖M‖_F`` (singular values in (0, 1],
+    each grows ×1.5 per step until quadratic convergence at 1).
+    """
+
+    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+        if len(shape) != 2:
+            raise ValueError(f"orthogonal init expects a 2-D kernel shape, got {shape}")
+        m = jax.random.normal(key, shape, jnp.float32)
+        wide = shape[0] < shape[1]
+        x = (m.T if wide else m) / jnp.linalg.norm(m)
+        x = jax.lax.fori_loop(0, iterations, lambda _, x: 1.5 * x - 0.5 * x @ (x.T @ x), x)
+        return (scale * (x.T if wide else x)).astype(dtype)
+
+    return init
+
+
 class MLP(nn.Module):
     """Orthogonally initialised MLP, ``[..., D] -> [..., out_dim]`` (PPO's usual init)."""
 
@@ -38,8 +61,8 @@ class MLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
         for width in self.hidden:
-            x = act(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
-        return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
+            x = act(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2.0)))(x))
+        return nn.Dense(self.out_dim, kernel_init=orthogonal(self.out_scale))(x)
 
 
 def _masked_categorical(logits: jax.Array, action_mask: jax.Array) -> distrax.Categorical:

@@ -79,3 +79,14 @@ def test_bad_input_shapes():
         ActorCritic.create(N, O, A, C, activation="swish")
     with pytest.raises(ValueError, match="agent_policy needs per-agent parameters"):
         net.agent_policy(params["actor"], jnp.ones((2, O)), jnp.ones((2, A), bool))
+
+
+@pytest.mark.parametrize("shape", [(5, 8), (8, 5), (64, 64), (67, 1)])
+def test_orthogonal_init(shape):
+    from jaxpo.networks import orthogonal
+
+    w = np.asarray(orthogonal(2.0)(jax.random.PRNGKey(0), shape), np.float64)
+    small = min(shape)
+    gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
+    np.testing.assert_allclose(gram, 4.0 * np.eye(small), atol=2e-5)
+    assert not np.allclose(w, np.asarray(orthogonal(2.0)(jax.random.PRNGKey(1), shape)))

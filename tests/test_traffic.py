@@ -3,9 +3,9 @@
 Compilation dominates the runtime on CPU, so the module compiles three programs
 once (module-scope fixtures) and the tests read their outputs: an AutoReset
 rollout vmapped over 8 envs, a batched single step (fixed batch size) for
-hand-made states and the coupling probe, and one step at N = 1024. Test-side
-randomness (keys, random actions) comes from numpy, since every jax.random call
-site adds seconds of CPU compile time; the keys are ordinary raw threefry keys.
+hand-made states and the coupling probe, and one step at N = 1024. The first two
+are built by tests/envtools.py, which also says why test-side randomness comes
+from numpy.
 """
 
 import jax
@@ -16,6 +16,8 @@ import pytest
 from jaxpo.envs import AutoReset, make
 from jaxpo.envs.traffic import TrafficGrid, TrafficState
 
+from envtools import batch_args, batched_step, keys, outside_variants, rollout_fn, variant_rewards
+
 # 3 x 3 grid:   0 1 2 / 3 4 5 / 6 7 8   (sides: 0 N, 1 E, 2 S, 3 W)
 SMALL = dict(rows=3, cols=3, arrival_rate=0.4, capacity=8, max_steps=40)
 T = 50  # rollout length: one truncation at step 40, then 10 steps of a new episode
@@ -25,6 +27,7 @@ BATCH = 2208  # the batched step's one batch size (= the coupling probe's 48 x 4
 
 
 def _policies(env):
+    """Called as policy(state, rand), rand [N] numpy-drawn random actions."""
     n = env.num_agents
     return [
         lambda s, rand: rand,  # uniformly random, drawn by numpy
@@ -32,26 +35,6 @@ def _policies(env):
         lambda s, rand: jnp.zeros((n,), jnp.int32),
         lambda s, rand: 1 - s.phase,  # all-red every step: serves nobody
     ]
-
-
-def keys(seed, *shape):
-    """uint32 [*shape, 2] raw threefry keys from numpy."""
-    return np.random.default_rng(seed).integers(0, 2**32, (*shape, 2), dtype=np.uint32)
-
-
-def rollout(env, step_keys, rand_actions, policy_id):
-    """One AutoReset episode stream from step_keys [T + 1, 2] (the first resets) and
-    rand_actions [T, N]; returns (states, timesteps, actions), each [T, ...]."""
-    state, _ = env.reset(step_keys[0])
-    policies = _policies(env)
-
-    def body(state, x):
-        key, rand = x
-        actions = jax.lax.switch(policy_id, policies, state, rand)
-        state, ts = env.step(key, state, actions)
-        return state, (state, ts, actions)
-
-    return jax.lax.scan(body, state, (step_keys[1:], rand_actions))[1]
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +45,11 @@ def env():
 @pytest.fixture(scope="module")
 def roll_fn(env):
     """jit(vmap) over 8 envs = SEEDS seeds x 4 policies (common random numbers per seed)."""
-    return jax.jit(jax.vmap(lambda k, a, p: rollout(env, k, a, p)))
+    return rollout_fn(env, _policies(env))
 
 
 def _batch_args(seed):
-    rep = lambda x: np.repeat(x, len(POLICIES), axis=0)
-    rand = np.random.default_rng(seed + 100).integers(0, 2, (SEEDS, T, 9), dtype=np.int32)
-    return rep(keys(seed, SEEDS, T + 1)), rep(rand), np.tile(np.arange(len(POLICIES)), SEEDS)
+    return batch_args(seed, SEEDS, T, len(POLICIES), num_agents=9, num_actions=2)
 
 
 @pytest.fixture(scope="module")
@@ -79,17 +60,8 @@ def roll(roll_fn):
 
 @pytest.fixture(scope="module")
 def vstep():
-    """(keys [b], states [b], actions [b, N]) -> numpy (state, timestep) [b], b <= BATCH,
-    through one compiled jit(vmap(step)) (inputs padded to BATCH)."""
-    f = jax.jit(jax.vmap(TrafficGrid(**SMALL).step))
-
-    def run(keys, states, actions):
-        b = keys.shape[0]
-        pad = lambda x: np.concatenate([x, np.repeat(x[:1], BATCH - b, axis=0)])  # numpy: no eager jax ops
-        out = f(*jax.tree.map(lambda x: pad(np.asarray(x)), (keys, states, np.asarray(actions, np.int32))))
-        return jax.tree.map(lambda x: np.asarray(x)[:b], out)
-
-    return run
+    """Batched step for hand-made states and the probe: one compile at BATCH."""
+    return batched_step(TrafficGrid(**SMALL).step, BATCH)
 
 
 # --------------------------------------------------------------------- protocol
@@ -260,14 +232,10 @@ def probe(roll, vstep):
     rng = np.random.default_rng(7)
     base = rng.integers(0, 2, (s, n))
     flips = base[:, None, :] ^ np.eye(n, dtype=base.dtype)[None]  # [S, N(j), N]
-    other = rng.integers(0, 2, (s, n, p, n))
-    outside = np.where(cpl[None, :, None, :], base[:, None, None, :], other).reshape(s, n * p, n)
+    outside = outside_variants(rng, base, cpl, 2, p)
     variants = np.concatenate([base[:, None], flips, outside], axis=1)  # [S, V, N]
-    v = variants.shape[1]
-    assert s * v == BATCH
-    step_keys = np.repeat(keys(8, s), v, axis=0)  # the same key for all variants of a state
-    rew = vstep(step_keys, jax.tree.map(lambda x: np.repeat(x, v, axis=0), states), variants.reshape(-1, n))[1].reward
-    return rew.reshape(s, v, n), variants, n, p
+    assert s * variants.shape[1] == BATCH
+    return variant_rewards(vstep, states, variants), variants, n, p
 
 
 def test_actions_outside_coupling_never_change_reward(probe):

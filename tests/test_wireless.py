@@ -3,9 +3,9 @@
 Compilation dominates the runtime on CPU, so the module compiles three programs
 once (module-scope fixtures) and the tests read their outputs: an AutoReset
 rollout vmapped over 8 envs, a batched single step (fixed batch size) for
-hand-made states and the coupling probe, and one step at N = 1024. Test-side
-randomness (keys, random actions) comes from numpy, since every jax.random call
-site adds seconds of CPU compile time; the keys are ordinary raw threefry keys.
+hand-made states and the coupling probe, and one step at N = 1024. The first two
+are built by tests/envtools.py, which also says why test-side randomness comes
+from numpy.
 """
 
 import jax
@@ -15,6 +15,8 @@ import pytest
 
 from jaxpo.envs import AutoReset, make
 from jaxpo.envs.wireless import WirelessAccess, WirelessState
+
+from envtools import batch_args, batched_step, keys, outside_variants, rollout_fn, variant_rewards
 
 # 3 x 3 users, APs at the 4 x 4 cell corners (K = 4 APs per user). User (r, c) = 3r + c
 # reaches [TL, TR, BL, BR] = APs [4r + c, 4r + c + 1, 4r + c + 4, 4r + c + 5].
@@ -26,33 +28,15 @@ BATCH = 5248  # the batched step's one batch size (= the coupling probe's 64 x 8
 
 
 def _policies(env):
+    """Called as policy(state, key, rand): a policy key [2] and rand [N] numpy-drawn
+    random actions."""
     n = env.num_agents
     return [
-        lambda k, s, rand: rand,  # uniformly random, drawn by numpy
-        env.reference_policy,
-        lambda k, s, rand: jnp.zeros((n,), jnp.int32),
-        lambda k, s, rand: jnp.ones((n,), jnp.int32),  # own top-left AP: no two users share it
+        lambda s, k, rand: rand,  # uniformly random, drawn by numpy
+        lambda s, k, rand: env.reference_policy(k, s),  # default transmit_prob 0.5
+        lambda s, k, rand: jnp.zeros((n,), jnp.int32),
+        lambda s, k, rand: jnp.ones((n,), jnp.int32),  # own top-left AP: no two users share it
     ]
-
-
-def keys(seed, *shape):
-    """uint32 [*shape, 2] raw threefry keys from numpy."""
-    return np.random.default_rng(seed).integers(0, 2**32, (*shape, 2), dtype=np.uint32)
-
-
-def rollout(env, step_keys, policy_keys, rand_actions, policy_id):
-    """One AutoReset episode stream from step_keys [T + 1, 2] (the first resets),
-    policy_keys [T, 2] and rand_actions [T, N]; returns (states, timesteps, actions)."""
-    state, _ = env.reset(step_keys[0])
-    policies = _policies(env)
-
-    def body(state, x):
-        key, pkey, rand = x
-        actions = jax.lax.switch(policy_id, policies, pkey, state, rand)
-        state, ts = env.step(key, state, actions)
-        return state, (state, ts, actions)
-
-    return jax.lax.scan(body, state, (step_keys[1:], policy_keys, rand_actions))[1]
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +47,11 @@ def env():
 @pytest.fixture(scope="module")
 def roll_fn(env):
     """jit(vmap) over 8 envs = SEEDS seeds x 4 policies (common random numbers per seed)."""
-    return jax.jit(jax.vmap(lambda k, pk, a, p: rollout(env, k, pk, a, p)))
+    return rollout_fn(env, _policies(env))
 
 
 def _batch_args(seed):
-    rep = lambda x: np.repeat(x, len(POLICIES), axis=0)
-    rand = np.random.default_rng(seed + 100).integers(0, 5, (SEEDS, T, 9), dtype=np.int32)
-    return (rep(keys(seed, SEEDS, T + 1)), rep(keys(seed + 200, SEEDS, T)), rep(rand),
-            np.tile(np.arange(len(POLICIES)), SEEDS))
+    return batch_args(seed, SEEDS, T, len(POLICIES), num_agents=9, num_actions=5, policy_keys=True)
 
 
 @pytest.fixture(scope="module")
@@ -81,17 +62,8 @@ def roll(roll_fn):
 
 @pytest.fixture(scope="module")
 def vstep():
-    """(keys [b], states [b], actions [b, N]) -> numpy (state, timestep) [b], b <= BATCH,
-    through one compiled jit(vmap(step)) (inputs padded to BATCH)."""
-    f = jax.jit(jax.vmap(WirelessAccess(**SMALL).step))
-
-    def run(keys, states, actions):
-        b = keys.shape[0]
-        pad = lambda x: np.concatenate([x, np.repeat(x[:1], BATCH - b, axis=0)])  # numpy: no eager jax ops
-        out = f(*jax.tree.map(lambda x: pad(np.asarray(x)), (keys, states, np.asarray(actions, np.int32))))
-        return jax.tree.map(lambda x: np.asarray(x)[:b], out)
-
-    return run
+    """Batched step for hand-made states and the probe: one compile at BATCH."""
+    return batched_step(WirelessAccess(**SMALL).step, BATCH)
 
 
 # --------------------------------------------------------------------- protocol
@@ -259,14 +231,10 @@ def probe(roll, vstep):
     base = rng.integers(0, a, (s, n))
     one = np.eye(n, dtype=bool)[None, :, None, :]  # [1, j, 1, N]
     setj = np.where(one, np.arange(a)[None, None, :, None], base[:, None, None, :]).reshape(s, n * a, n)
-    other = rng.integers(0, a, (s, n, p, n))
-    outside = np.where(cpl[None, :, None, :], base[:, None, None, :], other).reshape(s, n * p, n)
+    outside = outside_variants(rng, base, cpl, a, p)
     variants = np.concatenate([base[:, None], setj, outside], axis=1)  # [S, V, N]
-    v = variants.shape[1]
-    assert s * v == BATCH
-    step_keys = np.repeat(keys(8, s), v, axis=0)  # the same key for all variants of a state
-    rew = vstep(step_keys, jax.tree.map(lambda x: np.repeat(x, v, axis=0), states), variants.reshape(-1, n))[1].reward
-    return rew.reshape(s, v, n), variants, n, a, p
+    assert s * variants.shape[1] == BATCH
+    return variant_rewards(vstep, states, variants), variants, n, a, p
 
 
 def test_actions_outside_coupling_never_change_reward(probe):
