@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxpo.rollout import shuffled_minibatches
+
 ActorApply = Callable[[Any, jax.Array, jax.Array], distrax.Categorical]
 
 
@@ -175,9 +177,7 @@ def sequential_actor_trace(
         agent_data = (*take(data, m), factor)
 
         def epoch(carry, epoch_key):
-            perm = jax.random.permutation(epoch_key, num_samples)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape(num_minibatches, -1, *x.shape[1:]), agent_data)
-            return jax.lax.scan(minibatch_step, carry, shuffled)
+            return jax.lax.scan(minibatch_step, carry, shuffled_minibatches(epoch_key, agent_data, num_minibatches))
 
         epoch_keys = jax.random.split(agent_keys[m], num_epochs)
         (params_m, opt_m), metrics = jax.lax.scan(epoch, (params_m, opt_m), epoch_keys)

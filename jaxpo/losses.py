@@ -149,12 +149,14 @@ def value_loss(
     old_values: chex.Array,
     returns: chex.Array,
     clip_eps: chex.Numeric,
+    huber_delta: chex.Numeric | None = None,
 ) -> chex.Array:
     """PPO clipped value loss, per agent critic.
 
         0.5 · max((v − R)², (v_old + clip(v − v_old, −ε, ε) − R)²)
 
-    summed over agents, averaged over the batch.
+    summed over agents, averaged over the batch; with ``huber_delta`` given, the
+    clipped Huber loss ``value_loss_huber`` (MAPPO's critic loss) instead.
 
     Args:
       values: ``[B, N]`` current critic values.
@@ -165,6 +167,8 @@ def value_loss(
     Returns:
       Scalar loss.
     """
+    if huber_delta is not None:
+        return value_loss_huber(values, old_values, returns, clip_eps, delta=huber_delta)
     return _clipped_value_loss(values, old_values, returns, clip_eps, lambda e: 0.5 * jnp.square(e), True)
 
 
@@ -272,10 +276,7 @@ def ppo_loss(
     """
     chex.assert_equal_shape([log_prob, values, entropy])
     pi_loss, pi_metrics = policy_loss(log_prob, old_log_prob, advantages, S_R, clip_eps)
-    if huber_delta is None:
-        v_loss = value_loss(values, old_values, returns, clip_eps)
-    else:
-        v_loss = value_loss_huber(values, old_values, returns, clip_eps, delta=huber_delta)
+    v_loss = value_loss(values, old_values, returns, clip_eps, huber_delta)
     ent = entropy_bonus(entropy)
     loss = pi_loss + vf_coef * v_loss - ent_coef * ent
     metrics = {

@@ -89,6 +89,16 @@ class Transition:
     episode_length: jax.Array
 
 
+def shuffled_minibatches(key: jax.Array, data: Any, num_minibatches: int) -> Any:
+    """Leaves ``[B, ...]`` shuffled along B and cut into ``[num_minibatches, B / M, ...]``.
+
+    Everything at one index of B (e.g. all N agents of a transition) stays together.
+    """
+    batch_size = jax.tree.leaves(data)[0].shape[0]
+    perm = jax.random.permutation(key, batch_size)
+    return jax.tree.map(lambda x: x[perm].reshape(num_minibatches, -1, *x.shape[1:]), data)
+
+
 def reset(env: AutoReset, key: jax.Array, num_envs: int) -> RolloutState:
     """Resets ``num_envs`` environments."""
     env_state, timestep = jax.vmap(env.reset)(jax.random.split(key, num_envs))

@@ -31,7 +31,7 @@ from flax import struct
 from jaxpo import envs, happo, losses, valuenorm
 from jaxpo.gae import gae
 from jaxpo.networks import ACTIVATIONS, ActorCritic
-from jaxpo.rollout import CRITIC_INPUTS, RolloutState, critic_input_dim, reset, rollout
+from jaxpo.rollout import CRITIC_INPUTS, RolloutState, critic_input_dim, reset, rollout, shuffled_minibatches
 from jaxpo.support import Support
 
 ADV_NORM_SCOPES = ("none", "batch", "agent")
@@ -293,11 +293,7 @@ class Trainer:
     def _critic_loss(self, critic_params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
         """The critic's share of the loss alone (the sequential scheme trains actors apart)."""
         values = self.net.critic(critic_params, batch.critic_obs)[..., 0]
-        delta = self._huber_delta(hyper)
-        if delta is None:
-            v_loss = losses.value_loss(values, batch.value, targets, hyper.clip_eps)
-        else:
-            v_loss = losses.value_loss_huber(values, batch.value, targets, hyper.clip_eps, delta=delta)
+        v_loss = losses.value_loss(values, batch.value, targets, hyper.clip_eps, self._huber_delta(hyper))
         return hyper.vf_coef * v_loss, {"value_loss": v_loss}
 
     def _huber_delta(self, hyper: Hyper) -> jax.Array | None:
@@ -312,7 +308,6 @@ class Trainer:
         """
         cfg = self.config
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        batch_size = jax.tree.leaves(data)[0].shape[0]
 
         def minibatch_update(carry, minibatch):
             params, opt_state, norm = carry
@@ -325,9 +320,7 @@ class Trainer:
             return (optax.apply_updates(params, updates), opt_state, norm), metrics
 
         def epoch(carry, key):
-            perm = jax.random.permutation(key, batch_size)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape(cfg.num_minibatches, -1, *x.shape[1:]), data)
-            return jax.lax.scan(minibatch_update, carry, shuffled)
+            return jax.lax.scan(minibatch_update, carry, shuffled_minibatches(key, data, cfg.num_minibatches))
 
         return jax.lax.scan(epoch, (params, opt_state, value_norm), jax.random.split(key, cfg.num_epochs))
 
