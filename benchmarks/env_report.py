@@ -142,7 +142,7 @@ def random_return(env: envs.AutoReset, num_envs: int, episodes: int, seed: int) 
     @jax.jit
     def run(key):
         k_params, k_reset, k_roll = jax.random.split(key, 3)
-        state = rollout_reset(env, k_reset, num_envs)
+        state = rollout_reset(env, net, k_reset, num_envs)
         _, traj = rollout(env, net, net.init(k_params), state, k_roll, episodes * env.max_steps, "local",
                           policy=uniform_policy)
         return traj.episode_return, traj.episode_length > 0  # [T, E] team-mean returns at episode ends

@@ -4,11 +4,16 @@ Every jaxpo environment is a pair of pure functions over arrays with the agents
 stacked on one axis — no dict-of-agents on the hot path:
 
     reset(key)                  -> (state, TimeStep)
-    step(key, state, actions)   -> (state, TimeStep)      actions: int32 [N]
+    step(key, state, actions)   -> (state, TimeStep)
+
+``actions`` is int32 [N] (one index per agent) for discrete environments and
+float32 [N, A] (one action vector per agent) for continuous ones
+(``continuous = True``; ``num_actions`` is then the vector width A).
 
 Both are jittable and vmappable.  ``state`` is any pytree.  An environment also
 states its sizes (``num_agents``, ``obs_dim``, ``num_actions``,
-``global_state_dim``, ``max_steps``) and, where known, its ``coupling`` graph.
+``global_state_dim``, ``max_steps``), whether its actions are ``continuous``,
+and, where known, its ``coupling`` graph.
 """
 
 from __future__ import annotations
@@ -31,13 +36,16 @@ class TimeStep:
         terminated: bool [] — the episode ended in a terminal state (no bootstrap).
         truncated: bool [] — the episode was cut by a time limit (bootstrap from
             the final observation's value).
-        action_mask: bool [N, A] — True where an action is available.
+        action_mask: bool [N, A] — True where an action is available (continuous
+            environments: where an action dimension exists; False on padding).
         global_state: float32 [N, S] or None — per-agent view of the global state
             for centralised critics; None when the environment has none.
         final_obs: float32 [N, O] or None — set by ``AutoReset`` only: the
             observation the step reached *before* any reset (equal to ``obs``
             unless the episode just ended). Truncated episodes bootstrap from it.
         final_global_state: float32 [N, S] or None — the same for ``global_state``.
+        won: bool [] or None — for environments with a win condition (SMAX), the
+            episode ended in a win at this step; None for the others.
     """
 
     obs: jax.Array
@@ -48,6 +56,7 @@ class TimeStep:
     global_state: jax.Array | None = None
     final_obs: jax.Array | None = None
     final_global_state: jax.Array | None = None
+    won: jax.Array | None = None
 
     @property
     def done(self) -> jax.Array:
@@ -68,6 +77,7 @@ class Env:
     num_agents: int
     obs_dim: int
     num_actions: int
+    continuous: bool = False
     global_state_dim: int | None = None
     max_steps: int
 
@@ -101,7 +111,7 @@ class AutoReset(Env):
 
     def __init__(self, env: Env):
         self.env = env
-        for attr in ("name", "num_agents", "obs_dim", "num_actions", "global_state_dim", "max_steps"):
+        for attr in ("name", "num_agents", "obs_dim", "num_actions", "continuous", "global_state_dim", "max_steps"):
             setattr(self, attr, getattr(env, attr))
 
     @property
@@ -130,4 +140,5 @@ class AutoReset(Env):
             global_state=pick(reset_ts.global_state, ts.global_state),
             final_obs=ts.obs,
             final_global_state=ts.global_state,
+            won=ts.won,
         )

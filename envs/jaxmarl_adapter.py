@@ -1,15 +1,20 @@
 """JaxMARL environments in jaxpo's array protocol (DESIGN.md §3).
 
-:class:`JaxMARLAdapter` wraps a discrete-action JaxMARL ``MultiAgentEnv`` so that it
-speaks dicts-of-agents on the inside and stacked arrays on the outside:
+:class:`JaxMARLAdapter` wraps a JaxMARL ``MultiAgentEnv`` with discrete or
+continuous (``Box``) actions so that it speaks dicts-of-agents on the inside and
+stacked arrays on the outside:
 
     >>> env = JaxMARLAdapter.from_name("MPE_simple_spread_v3", local_ratio=0.5)
     >>> state, ts = env.reset(key)                     # ts.obs: float32 [N, O]
     >>> state, ts = env.step(key, state, actions)      # actions: int32 [N]
+    >>> env = JaxMARLAdapter.from_name("MPE_simple_spread_v3", action_type="Continuous")
+    >>> state, ts = env.step(key, state, actions)      # actions: float32 [N, A], clipped to the Box
+    >>> env = JaxMARLAdapter.from_name("HeuristicEnemySMAX", scenario="3m")
 
 Agents are stacked in ``env.agents`` order. Heterogeneous agents are padded to
 common sizes: observations with zeros at the end up to ``obs_dim``; actions up to
-``num_actions``, with the padded actions masked False in ``action_mask``.
+``num_actions`` (discrete: action indices; continuous: action-vector dimensions),
+with the padding masked False in ``action_mask``.
 
 Episode ends. The adapter calls JaxMARL's ``step_env`` (not ``step``, which resets
 inside and loses the final observation); resets are :class:`~jaxpo.envs.AutoReset`'s
@@ -42,7 +47,8 @@ import numpy as np
 
 from .base import Env, TimeStep
 
-# JaxMARL names verified by tests/test_jaxmarl_adapter.py (cooperative, discrete).
+# JaxMARL names verified by tests/test_jaxmarl_adapter.py (cooperative; MPE with
+# action_type "Discrete" or "Continuous", SMAX with any scenario).
 SUPPORTED_JAXMARL: tuple[str, ...] = (
     "MPE_simple_spread_v3",
     "MPE_simple_reference_v3",
@@ -101,6 +107,15 @@ def _jaxmarl():
     }
 
 
+def _smax_scenario(map_name: str) -> Any:
+    """JaxMARL's SMAX ``Scenario`` for a map name such as ``"3m"`` or ``"2s3z"``."""
+    from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
+
+    if map_name not in MAP_NAME_TO_SCENARIO:
+        raise ValueError(f"unknown SMAX scenario {map_name!r}; known: {', '.join(sorted(MAP_NAME_TO_SCENARIO))}")
+    return MAP_NAME_TO_SCENARIO[map_name]
+
+
 def _describe_space(space) -> str:
     shape = getattr(space, "shape", None)
     return f"{type(space).__name__}(shape={shape})" if shape is not None else type(space).__name__
@@ -128,11 +143,11 @@ def _inner_state(state: Any) -> Any:
 
 
 class JaxMARLAdapter(Env):
-    """A discrete-action JaxMARL ``MultiAgentEnv`` in jaxpo's array protocol.
+    """A JaxMARL ``MultiAgentEnv`` (discrete or Box actions) in jaxpo's array protocol.
 
     Build it with :meth:`from_name` (the names in ``SUPPORTED_JAXMARL``) or wrap an
-    existing instance, ``JaxMARLAdapter(jaxmarl_env, name=...)`` (any discrete
-    JaxMARL env; untested ones at the caller's risk).
+    existing instance, ``JaxMARLAdapter(jaxmarl_env, name=...)`` (any JaxMARL env
+    with Discrete or 1-D Box action spaces; untested ones at the caller's risk).
 
     Attributes:
         env: the wrapped JaxMARL environment.
@@ -141,9 +156,13 @@ class JaxMARLAdapter(Env):
         num_agents: N.
         obs_dim: O, the largest flattened observation; smaller ones are zero-padded
             at the end.
-        num_actions: A, the largest discrete action space; an agent's actions past
-            its own count are padding, masked False.
-        agent_num_actions: int [N] numpy — each agent's own action count.
+        num_actions: A, the largest discrete action space (continuous: the widest
+            Box); an agent's actions (dimensions) past its own count are padding,
+            masked False.
+        continuous: True when every agent's action space is a Box.
+        agent_num_actions: int [N] numpy — each agent's own action count (width).
+        action_low, action_high: float32 [N, A] numpy (continuous only) — the Box
+            bounds, actions are clipped to them before the env sees them.
         global_state_dim: S when the env provides a world state (SMAX's
             ``obs["world_state"]``), broadcast to every agent as [N, S]; else None.
         max_steps: the most steps an episode can last. For MPE and SMAX this is
@@ -165,25 +184,29 @@ class JaxMARLAdapter(Env):
         if self.num_agents == 0:
             raise ValueError(f"JaxMARL env {self.name!r} has no agents")
 
-        counts = []
-        for agent in self.agents:
-            space = env.action_space(agent)
-            if isinstance(space, jm["Box"]):
+        spaces = [env.action_space(agent) for agent in self.agents]
+        for agent, space in zip(self.agents, spaces):
+            box = isinstance(space, jm["Box"])
+            if not (isinstance(space, jm["Discrete"]) or (box and len(space.shape) == 1)):
                 raise ValueError(
-                    f"JaxMARL env {self.name!r}: continuous actions are not supported yet "
-                    f"(agent {agent!r} has action space {_describe_space(space)}); "
-                    "use a discrete action_type"
-                )
-            if not isinstance(space, jm["Discrete"]):
-                raise ValueError(
-                    f"JaxMARL env {self.name!r}: only Discrete action spaces are supported "
+                    f"JaxMARL env {self.name!r}: only Discrete and 1-D Box action spaces are supported "
                     f"(agent {agent!r} has {_describe_space(space)})"
                 )
-            counts.append(int(space.n))
+        kinds = {isinstance(space, jm["Box"]) for space in spaces}
+        if len(kinds) > 1:
+            raise ValueError(f"JaxMARL env {self.name!r} mixes Discrete and Box action spaces; not supported")
+        self.continuous = kinds == {True}
+        counts = [space.shape[0] if self.continuous else space.n for space in spaces]
         self.agent_num_actions = np.asarray(counts, dtype=np.int32)
         self.num_actions = int(self.agent_num_actions.max())
-        # Static mask of real (non-padding) actions, [N, A].
+        # Static mask of real (non-padding) actions or action dimensions, [N, A].
         self._real_actions = np.arange(self.num_actions)[None, :] < self.agent_num_actions[:, None]
+        if self.continuous:
+            bound = lambda side: np.stack([
+                np.pad(np.broadcast_to(np.asarray(getattr(s, side), np.float32), s.shape), (0, self.num_actions - n))
+                for s, n in zip(spaces, counts)
+            ])
+            self.action_low, self.action_high = bound("low"), bound("high")
 
         # True observation shapes, from tracing reset (no computation).
         obs_shapes, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
@@ -208,9 +231,9 @@ class JaxMARLAdapter(Env):
         self.max_steps = int(env.max_steps) + (1 if self._family in ("mpe", "smax") else 0)
 
         # MultiAgentEnv.get_avail_actions raises NotImplementedError (MPE does not
-        # override it): then every real action is available.
+        # override it): then every real action is available. Continuous: every real dimension.
         base_avail = jm["MultiAgentEnv"].get_avail_actions
-        self._has_avail = type(env).get_avail_actions is not base_avail
+        self._has_avail = not self.continuous and type(env).get_avail_actions is not base_avail
 
     @classmethod
     def from_name(cls, name: str, **kwargs) -> "JaxMARLAdapter":
@@ -219,11 +242,14 @@ class JaxMARLAdapter(Env):
         Args:
             name: one of ``SUPPORTED_JAXMARL``.
             **kwargs: the JaxMARL constructor's keyword arguments (e.g.
-                ``local_ratio=0.5``, ``max_steps=50``; for SMAX ``scenario=``).
+                ``local_ratio=0.5``, ``max_steps=50``, ``action_type="Continuous"``;
+                for SMAX ``scenario=`` a JaxMARL ``Scenario`` or a map name such as
+                ``"3m"`` or ``"2s3z"``).
 
         Raises:
             ValueError: unknown name, keyword arguments the env rejects (or, for
-                MPE, does not know), or a non-discrete action space.
+                MPE, does not know), an unknown SMAX scenario, or an unsupported
+                action space.
         """
         if name not in SUPPORTED_JAXMARL:
             raise ValueError(
@@ -231,6 +257,8 @@ class JaxMARLAdapter(Env):
                 "(other discrete JaxMARL envs can be wrapped as JaxMARLAdapter(jaxmarl.make(name)))"
             )
         jm = _jaxmarl()
+        if isinstance(kwargs.get("scenario"), str):  # SMAX map name, e.g. scenario="3m"
+            kwargs = {**kwargs, "scenario": _smax_scenario(kwargs["scenario"])}
         try:
             env = jm["jaxmarl"].make(name, **kwargs)
         except (AssertionError, TypeError, ValueError, NotImplementedError, KeyError) as exc:
@@ -298,15 +326,26 @@ class JaxMARLAdapter(Env):
         ]
         return jnp.stack(rows)
 
+    def _battle(self, state: Any) -> tuple[jax.Array, jax.Array]:
+        """SMAX: ``(allies_dead, enemies_dead)``, bool [] each."""
+        inner = _inner_state(state)
+        allies = self.env.num_allies
+        return ~jnp.any(inner.unit_alive[:allies]), ~jnp.any(inner.unit_alive[allies:])
+
     def _terminal_condition(self, state: Any) -> jax.Array:
         """bool [] — the episode ended for a reason other than the time limit."""
         if self._family == "smax":
-            inner = _inner_state(state)
-            allies = self.env.num_allies
-            allies_dead = ~jnp.any(inner.unit_alive[:allies])
-            enemies_dead = ~jnp.any(inner.unit_alive[allies:])
+            allies_dead, enemies_dead = self._battle(state)
             return allies_dead | enemies_dead
         return jnp.asarray(False)  # MPE has no terminal states; unknown otherwise
+
+    def _won(self, state: Any) -> jax.Array | None:
+        """SMAX: bool [] — every enemy dead and an ally alive (JaxMARL's win-bonus rule;
+        both teams wiped out on one step is a draw). None for envs without a win."""
+        if self._family != "smax":
+            return None
+        allies_dead, enemies_dead = self._battle(state)
+        return enemies_dead & ~allies_dead
 
     # -- protocol ------------------------------------------------------------------
     # reset/step call JaxMARL's own (jitted) reset/step_env between two small jitted
@@ -336,7 +375,9 @@ class JaxMARLAdapter(Env):
             state: the state from ``reset``/``step``.
             actions: int [N] — one action index per agent, in ``agents`` order. An
                 index outside an agent's own range (padding, or negative) is
-                replaced by action 0 so it never reaches the env.
+                replaced by action 0 so it never reaches the env. Continuous:
+                float [N, A], each row clipped to the agent's Box and cut to its
+                own width (padding dimensions are ignored).
 
         Returns:
             (state, timestep) with obs float32 [N, O] (the post-step observation,
@@ -345,7 +386,13 @@ class JaxMARLAdapter(Env):
             float32 [N, S] or None.
         """
         actions = jnp.asarray(actions)
-        if actions.shape != (self.num_agents,) or not jnp.issubdtype(actions.dtype, jnp.integer):
+        if self.continuous:
+            if actions.shape != (self.num_agents, self.num_actions) or not jnp.issubdtype(actions.dtype, jnp.floating):
+                raise ValueError(
+                    f"actions must be a float array of shape ({self.num_agents}, {self.num_actions}) "
+                    f"(continuous env), got {actions.dtype} {actions.shape}"
+                )
+        elif actions.shape != (self.num_agents,) or not jnp.issubdtype(actions.dtype, jnp.integer):
             raise ValueError(
                 f"actions must be an integer array of shape ({self.num_agents},), "
                 f"got {actions.dtype} {actions.shape}"
@@ -355,7 +402,11 @@ class JaxMARLAdapter(Env):
 
     @functools.partial(jax.jit, static_argnums=0)
     def _action_dict(self, actions: jax.Array) -> dict:
-        """int [N] -> {agent: int32 []}, padded/out-of-range indices replaced by 0."""
+        """int [N] -> {agent: int32 []}, padded/out-of-range indices replaced by 0.
+        Continuous: float [N, A] -> {agent: float32 [A_i]} clipped to the Box."""
+        if self.continuous:
+            actions = jnp.clip(actions.astype(jnp.float32), self.action_low, self.action_high)
+            return {a: actions[i, :n] for i, (a, n) in enumerate(zip(self.agents, self.agent_num_actions))}
         actions = actions.astype(jnp.int32)
         real = (actions >= 0) & (actions < jnp.asarray(self.agent_num_actions))
         actions = jnp.where(real, actions, 0)
@@ -371,6 +422,7 @@ class JaxMARLAdapter(Env):
             truncated=jnp.asarray(False),
             action_mask=self._action_mask(state),
             global_state=self._global_state(obs),
+            won=None if self._family != "smax" else jnp.asarray(False),
         )
 
     @functools.partial(jax.jit, static_argnums=0)
@@ -386,6 +438,7 @@ class JaxMARLAdapter(Env):
             truncated=truncated,
             action_mask=self._action_mask(next_state),
             global_state=self._global_state(obs),
+            won=self._won(next_state),
         )
 
 

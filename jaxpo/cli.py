@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="sequential = exact HAPPO (agents updated one after another; needs --per-agent-params)",
     )
     tr.add_argument("--value-norm", action="store_true", help="MAPPO's running value normalisation")
+    tr.add_argument("--recurrent", action="store_true", help="GRU actor and critic (hidden states reset at episode starts)")
+    tr.add_argument(
+        "--seq-len", type=_positive_int, default=None,
+        help="with --recurrent: training sequence length (must divide --num-steps; default: the whole rollout)",
+    )
     tr.add_argument("--value-loss", default="mse", choices=("mse", "huber"), help="critic loss (huber: δ = 10)")
     tr.add_argument("--out", default=DEFAULTS["out"], help="output directory")
     tr.add_argument("--name", default=None, help="run name (default: <env>-<preset>-<time>)")
@@ -110,6 +115,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             num_updates=updates, updates_per_chunk=updates // chunks,
             share_params=not args.per_agent_params, critic_input=args.critic_input,
             scheme=args.scheme, value_norm=args.value_norm, value_loss=args.value_loss,
+            recurrent=args.recurrent, seq_len=args.seq_len,
             num_minibatches=_minibatches(args.num_envs * args.num_steps),
         )
         env = config.make_env()
@@ -125,7 +131,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     name = args.name or f"{args.env}-{support.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out_dir = os.path.join(args.out, name)
 
-    print(f"env: {args.env} {env_kwargs or ''} — {env.num_agents} agents, {env.num_actions} actions")
+    actions = f"{env.num_actions}-dim continuous actions" if env.continuous else f"{env.num_actions} actions"
+    print(f"env: {args.env} {env_kwargs or ''} — {env.num_agents} agents, {actions}")
     print(support.describe())
     print(
         f"runs: {len(seeds)} seed(s) × {config.num_updates} updates × {config.steps_per_update} env steps "
@@ -143,6 +150,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         "out_dir": out_dir,
     }
     print(f"return (mean episode return per agent): before {summary['return_before']:.3f} → after {summary['return_after']:.3f}")
+    if "win_rate" in result.metrics:
+        summary["win_rate_before"] = float(np.nanmean(result.metrics["win_rate"][:, 0]))
+        summary["win_rate_after"] = float(np.nanmean(result.final("win_rate")))
+        print(f"win rate: before {summary['win_rate_before']:.3f} → after {summary['win_rate_after']:.3f}")
     print(json.dumps(summary))
     return 0
 

@@ -30,14 +30,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import chex
-import distrax
 import jax
 import jax.numpy as jnp
 import optax
 
 from jaxpo.rollout import shuffled_minibatches
 
-ActorApply = Callable[[Any, jax.Array, jax.Array], distrax.Categorical]
+ActorApply = Callable[[Any, jax.Array, jax.Array], Any]  # -> a distribution (categorical or Gaussian)
 
 
 def init_opt_state(optimizer: optax.GradientTransformation, actor_params: Any) -> Any:
@@ -112,13 +111,14 @@ def sequential_actor_trace(
     """The sequential HAPPO actor update, with per-position diagnostics.
 
     Args:
-      actor_apply: ``(params_m, obs [b, O], action_mask bool [b, A]) -> Categorical``
+      actor_apply: ``(params_m, obs [b, O], action_mask bool [b, A]) -> distribution``
         with batch shape ``[b]``, for ONE agent (params without the agent axis).
       actor_params: per-agent stacked pytree, every leaf ``[N, ...]``.
       opt_state: per-agent stacked optimiser state (``init_opt_state``).
       optimizer: optax transformation; may be built from traced hyperparameters.
       batch: any object with attributes ``obs [B, N, O]``, ``action_mask bool
-        [B, N, A]``, ``action int [B, N]``, ``log_prob [B, N]`` (behaviour policy),
+        [B, N, A]``, ``action int [B, N]`` (continuous: float ``[B, N, A]``),
+        ``log_prob [B, N]`` (behaviour policy),
         e.g. a ``rollout.Transition`` flattened to ``[B, ...]``. Other fields are ignored.
       advantages: ``[B, N]`` column m is agent m's advantage (for HAPPO every column is
         the normalised team advantage; distinct columns are allowed).
@@ -139,11 +139,11 @@ def sequential_actor_trace(
       M_K, the product of all updated agents' new/old ratios.
     """
     obs, mask, action, old_log_prob = batch.obs, batch.action_mask, batch.action, batch.log_prob
-    chex.assert_rank([obs, mask, action, old_log_prob, advantages, order], [3, 3, 2, 2, 2, 1])
-    chex.assert_equal_shape([action, old_log_prob, advantages])
+    chex.assert_rank([obs, mask, old_log_prob, advantages, order], [3, 3, 2, 2, 1])
+    chex.assert_equal_shape([old_log_prob, advantages])
     chex.assert_equal_shape_prefix([obs, mask, action], 2)
     chex.assert_type(order, int)
-    num_samples, num_agents = action.shape
+    num_samples, num_agents = old_log_prob.shape
     chex.assert_tree_shape_prefix(actor_params, (num_agents,))
     if order.shape[0] > num_agents:
         raise ValueError(f"order has {order.shape[0]} entries but there are {num_agents} agents")

@@ -1,12 +1,20 @@
-"""Actor and critic networks with shared or per-agent parameters.
+"""Actor and critic networks: feed-forward or GRU, shared or per-agent parameters,
+categorical or Gaussian actions.
 
 Both act on arrays with the agent axis second to last: observations
-``[..., N, O]`` give logits ``[..., N, A]`` and values ``[..., N]``.
+``[..., N, O]`` give actor outputs ``[..., N, A]`` and values ``[..., N]``.
 
-* Shared parameters: one MLP for all agents; a one-hot agent id is appended to the
-  input so that agents can still behave differently.
+* Shared parameters: one network for all agents; a one-hot agent id is appended to
+  the input so that agents can still behave differently.
 * Per-agent parameters: every leaf carries a leading agent axis ``[N, ...]`` and the
-  MLP is vmapped over the agent axis (no agent id needed).
+  network is vmapped over the agent axis (no agent id needed).
+* Recurrent (GRU) networks carry a hidden state ``[..., N, H]`` per agent. Every
+  network has one: feed-forward ones a zero-width ``[..., N, 0]`` carry, so the
+  rollout and the loss handle both without a branch. A step whose ``first`` flag
+  is set (its observation starts an episode) sees a zero hidden state.
+* Actions: discrete (masked categorical over A actions) or continuous (diagonal
+  Gaussian over an A-wide action vector, state-independent learned log-std;
+  masked dimensions — padding for agents with fewer — contribute nothing).
 """
 
 from __future__ import annotations
@@ -50,31 +58,66 @@ def orthogonal(scale: float = 1.0, iterations: int = 60) -> Callable[..., jax.Ar
 
 
 class MLP(nn.Module):
-    """Orthogonally initialised MLP, ``[..., D] -> [..., out_dim]`` (PPO's usual init)."""
+    """Orthogonally initialised MLP, ``[..., D] -> [..., out_dim]`` (PPO's usual init).
+
+    With ``log_std`` the output is ``[..., 2 * out_dim]``: the head's output (a
+    Gaussian mean) followed by a learned, state-independent log-std (init 0).
+    """
 
     hidden: Sequence[int]
     out_dim: int
     activation: str = "tanh"
     out_scale: float = 1.0
+    log_std: bool = False
+
+    def trunk(self, x: jax.Array) -> jax.Array:
+        for width in self.hidden:
+            x = ACTIVATIONS[self.activation](nn.Dense(width, kernel_init=orthogonal(np.sqrt(2.0)))(x))
+        return x
+
+    def head(self, x: jax.Array) -> jax.Array:
+        out = nn.Dense(self.out_dim, kernel_init=orthogonal(self.out_scale))(x)
+        if not self.log_std:
+            return out
+        log_std = self.param("log_std", nn.initializers.zeros, (self.out_dim,))
+        return jnp.concatenate([out, jnp.broadcast_to(log_std, out.shape)], axis=-1)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        return self.head(self.trunk(x))
+
+
+class GRUNet(MLP):
+    """``(h [..., H], x [..., D]) -> (h' [..., H], y [..., out])`` with H = ``hidden[0]``:
+    Dense(H) → GRU cell → Dense(``hidden[1:]``) → head (purejaxrl's and MAPPO's
+    recurrent layout: embed, recur, then feed-forward)."""
+
+    @property
+    def carry_dim(self) -> int:
+        return self.hidden[0]
+
+    @nn.compact
+    def __call__(self, h: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         act = ACTIVATIONS[self.activation]
-        for width in self.hidden:
+        x = act(nn.Dense(self.hidden[0], kernel_init=orthogonal(np.sqrt(2.0)))(x))
+        # Our orthogonal init for the recurrent kernel too: flax's default takes a QR (see `orthogonal`).
+        h, x = nn.GRUCell(self.hidden[0], kernel_init=orthogonal(), recurrent_kernel_init=orthogonal())(h, x)
+        for width in self.hidden[1:]:
             x = act(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2.0)))(x))
-        return nn.Dense(self.out_dim, kernel_init=orthogonal(self.out_scale))(x)
+        return h, self.head(x)
 
 
-def _masked_categorical(logits: jax.Array, action_mask: jax.Array) -> distrax.Categorical:
-    return distrax.Categorical(logits=jnp.where(action_mask, logits, MASKED_LOGIT))
+def reset_carry(h: jax.Array, first: jax.Array) -> jax.Array:
+    """``h [..., N, H]`` zeroed where ``first [...]`` is set (a new episode starts)."""
+    return jnp.where(first[..., None, None], 0.0, h)
 
 
 @dataclasses.dataclass(frozen=True)
 class AgentNetwork:
-    """An MLP applied to every agent, with shared or per-agent parameters.
+    """A feed-forward or GRU network applied to every agent, with shared or per-agent parameters.
 
     Attributes:
-        module: the per-agent MLP.
+        module: the per-agent ``MLP`` or ``GRUNet``.
         num_agents: N.
         in_dim: per-agent input width D (before the agent id).
         shared: one parameter set for all agents (input gets a one-hot id) or a
@@ -86,33 +129,94 @@ class AgentNetwork:
     in_dim: int
     shared: bool
 
+    @property
+    def recurrent(self) -> bool:
+        return isinstance(self.module, GRUNet)
+
+    @property
+    def carry_dim(self) -> int:
+        """H, the per-agent hidden-state width (0 when feed-forward)."""
+        return self.module.carry_dim if self.recurrent else 0
+
     def init(self, key: jax.Array) -> Any:
         """Parameters: a flax pytree, with a leading ``[N]`` axis when not shared."""
+        width = self.in_dim + (self.num_agents if self.shared else 0)
+        args = lambda: ((jnp.zeros((1, self.carry_dim)),) if self.recurrent else ()) + (jnp.zeros((1, width)),)
         if self.shared:
-            return self.module.init(key, jnp.zeros((1, self.in_dim + self.num_agents)))
-        keys = jax.random.split(key, self.num_agents)
-        return jax.vmap(lambda k: self.module.init(k, jnp.zeros((1, self.in_dim))))(keys)
+            return self.module.init(key, *args())
+        return jax.vmap(lambda k: self.module.init(k, *args()))(jax.random.split(key, self.num_agents))
 
-    def __call__(self, params: Any, x: jax.Array) -> jax.Array:
-        """``x [..., N, D] -> [..., N, out_dim]``."""
+    def _inputs(self, x: jax.Array) -> jax.Array:
         if x.shape[-2:] != (self.num_agents, self.in_dim):
             raise ValueError(f"network input must be [..., {self.num_agents}, {self.in_dim}], got {x.shape}")
+        if not self.shared:
+            return x
+        ids = jnp.broadcast_to(jnp.eye(self.num_agents, dtype=x.dtype), (*x.shape[:-1], self.num_agents))
+        return jnp.concatenate([x, ids], axis=-1)
+
+    def _apply(self, params: Any, *args: jax.Array) -> Any:
+        """The module on ``[..., N, ·]`` arguments, vmapped over agents when per-agent."""
         if self.shared:
-            ids = jnp.broadcast_to(jnp.eye(self.num_agents, dtype=x.dtype), (*x.shape[:-1], self.num_agents))
-            return self.module.apply(params, jnp.concatenate([x, ids], axis=-1))
-        per_agent = jax.vmap(self.module.apply, in_axes=(0, -2), out_axes=-2)
-        return per_agent(params, x)
+            return self.module.apply(params, *args)
+        return jax.vmap(self.module.apply, in_axes=(0,) + (-2,) * len(args), out_axes=-2)(params, *args)
+
+    def __call__(self, params: Any, x: jax.Array) -> jax.Array:
+        """Feed-forward only: ``x [..., N, D] -> [..., N, out]``."""
+        if self.recurrent:
+            raise ValueError("a recurrent network needs its hidden state: use step() or unroll()")
+        return self._apply(params, self._inputs(x))
+
+    def step(self, params: Any, h: jax.Array, x: jax.Array, first: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """One step: ``h [..., N, H]``, ``x [..., N, D]``, ``first bool [...]`` ->
+        ``(h' [..., N, H], y [..., N, out])``; h is zeroed first where ``first``."""
+        if not self.recurrent:
+            return h, self(params, x)
+        return self._apply(params, reset_carry(h, first), self._inputs(x))
+
+    def unroll(self, params: Any, h0: jax.Array, xs: jax.Array, first: jax.Array) -> jax.Array:
+        """A sequence, time-major: ``h0 [..., N, H]``, ``xs [L, ..., N, D]``,
+        ``first bool [L, ...]`` -> ``ys [L, ..., N, out]`` (``lax.scan`` when recurrent)."""
+        if not self.recurrent:
+            return self(params, xs)
+        return jax.lax.scan(lambda h, inp: self.step(params, h, *inp), h0, (xs, first))[1]
+
+
+class MaskedDiagGaussian:
+    """Diagonal Gaussian over an ``[..., A]`` action vector whose masked dimensions do not exist.
+
+    Built on ``distrax.Normal``; a masked dimension (padding, for agents with fewer
+    action dimensions) samples 0 and adds nothing to ``log_prob`` or ``entropy``.
+    Batch shape ``[...]``; event shape ``[A]``.
+    """
+
+    def __init__(self, mean: jax.Array, log_std: jax.Array, mask: jax.Array):
+        self.normal = distrax.Normal(mean, jnp.exp(log_std))
+        self.mask = mask
+
+    def sample(self, *, seed: jax.Array) -> jax.Array:
+        return jnp.where(self.mask, self.normal.sample(seed=seed), 0.0)
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        return jnp.sum(jnp.where(self.mask, self.normal.log_prob(action), 0.0), axis=-1)
+
+    def entropy(self) -> jax.Array:
+        return jnp.sum(jnp.where(self.mask, self.normal.entropy(), 0.0), axis=-1)
+
+
+Distribution = distrax.Categorical | MaskedDiagGaussian
 
 
 @dataclasses.dataclass(frozen=True)
 class ActorCritic:
-    """Categorical actor and state-value critic for N agents.
+    """Actor (categorical or Gaussian) and state-value critic for N agents.
 
-    ``params`` is ``{"actor": ..., "critic": ...}``.
+    ``params`` is ``{"actor": ..., "critic": ...}``; a hidden state ("carry") is
+    ``{"actor": [..., N, H], "critic": [..., N, H]}`` (H = 0 when feed-forward).
     """
 
     actor: AgentNetwork
     critic: AgentNetwork
+    continuous: bool = False
 
     @classmethod
     def create(
@@ -124,33 +228,90 @@ class ActorCritic:
         hidden: Sequence[int] = (64, 64),
         activation: str = "tanh",
         shared: bool = True,
+        recurrent: bool = False,
+        continuous: bool = False,
     ) -> "ActorCritic":
+        """``num_actions``: discrete action count, or the action vector's width when ``continuous``."""
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         hidden = tuple(int(h) for h in hidden)
         if not hidden or min(hidden) < 1:
             raise ValueError(f"hidden must be a non-empty sequence of positive widths, got {hidden}")
-        actor = MLP(hidden, num_actions, activation, out_scale=0.01)  # near-uniform initial policy
-        critic = MLP(hidden, 1, activation, out_scale=1.0)
+        module = GRUNet if recurrent else MLP
+        # out_scale 0.01: a near-uniform initial policy (near-zero Gaussian mean).
+        actor = module(hidden, num_actions, activation, out_scale=0.01, log_std=continuous)
+        critic = module(hidden, 1, activation, out_scale=1.0)
         return cls(
             actor=AgentNetwork(actor, num_agents, obs_dim, shared),
             critic=AgentNetwork(critic, num_agents, critic_dim, shared),
+            continuous=continuous,
         )
+
+    @property
+    def recurrent(self) -> bool:
+        return self.actor.recurrent
 
     def init(self, key: jax.Array) -> dict[str, Any]:
         key_actor, key_critic = jax.random.split(key)
         return {"actor": self.actor.init(key_actor), "critic": self.critic.init(key_critic)}
 
-    def policy(self, params: dict[str, Any], obs: jax.Array, action_mask: jax.Array) -> distrax.Categorical:
-        """``obs [..., N, O]``, ``action_mask bool [..., N, A]`` -> distribution with batch shape ``[..., N]``.
+    def initial_carry(self, batch_shape: Sequence[int]) -> dict[str, jax.Array]:
+        """Zero hidden states ``{"actor", "critic"}: [*batch_shape, N, H]``."""
+        n = self.actor.num_agents
+        return {
+            "actor": jnp.zeros((*batch_shape, n, self.actor.carry_dim), jnp.float32),
+            "critic": jnp.zeros((*batch_shape, n, self.critic.carry_dim), jnp.float32),
+        }
 
-        Masked actions get a logit of ``MASKED_LOGIT``: zero probability, so they are
-        never sampled and add nothing to log-probabilities or entropy.
+    def distribution(self, out: jax.Array, action_mask: jax.Array) -> Distribution:
+        """The action distribution, batch ``[...]``, from actor outputs ``out [..., A]``
+        (``[..., 2A]`` when continuous) and ``action_mask bool [..., A]``.
+
+        Discrete: masked actions get a logit of ``MASKED_LOGIT`` — zero probability,
+        never sampled, nothing added to log-probabilities or entropy. Continuous: the
+        mask marks which action dimensions exist.
         """
-        return _masked_categorical(self.actor(params["actor"], obs), action_mask)
+        if self.continuous:
+            mean, log_std = jnp.split(out, 2, axis=-1)
+            return MaskedDiagGaussian(mean, log_std, action_mask)
+        return distrax.Categorical(logits=jnp.where(action_mask, out, MASKED_LOGIT))
 
-    def agent_policy(self, agent_actor_params: Any, obs: jax.Array, action_mask: jax.Array) -> distrax.Categorical:
-        """One agent's policy from its slice of *per-agent* actor parameters.
+    def step(
+        self, params: dict[str, Any], carry: dict[str, jax.Array], obs: jax.Array, action_mask: jax.Array,
+        critic_obs: jax.Array, first: jax.Array,
+    ) -> tuple[dict[str, jax.Array], Distribution, jax.Array]:
+        """One acting step: ``carry [..., N, H]``, ``obs [..., N, O]``, ``action_mask
+        [..., N, A]``, ``critic_obs [..., N, C]``, ``first bool [...]`` ->
+        ``(carry', distribution with batch [..., N], values [..., N])``."""
+        h_actor, out = self.actor.step(params["actor"], carry["actor"], obs, first)
+        h_critic, values = self.critic.step(params["critic"], carry["critic"], critic_obs, first)
+        return {"actor": h_actor, "critic": h_critic}, self.distribution(out, action_mask), values[..., 0]
+
+    def next_value(self, params: dict[str, Any], critic_carry: jax.Array, critic_obs: jax.Array) -> jax.Array:
+        """Value ``[..., N]`` of an observation that continues the episode whose critic
+        hidden state is ``critic_carry [..., N, H]`` (the bootstrap of a truncation)."""
+        first = jnp.zeros(critic_obs.shape[:-2], bool)
+        return self.critic.step(params["critic"], critic_carry, critic_obs, first)[1][..., 0]
+
+    def unroll_policy(
+        self, actor_params: Any, h0: jax.Array, obs: jax.Array, action_mask: jax.Array, first: jax.Array
+    ) -> Distribution:
+        """Time-major sequences: ``h0 [..., N, H]``, ``obs [L, ..., N, O]``, ``action_mask
+        [L, ..., N, A]``, ``first [L, ...]`` -> distribution with batch ``[L, ..., N]``."""
+        return self.distribution(self.actor.unroll(actor_params, h0, obs, first), action_mask)
+
+    def unroll_value(self, critic_params: Any, h0: jax.Array, critic_obs: jax.Array, first: jax.Array) -> jax.Array:
+        """Time-major: ``h0 [..., N, H]``, ``critic_obs [L, ..., N, C]``, ``first [L, ...]``
+        -> values ``[L, ..., N]``."""
+        return self.critic.unroll(critic_params, h0, critic_obs, first)[..., 0]
+
+    def policy(self, params: dict[str, Any], obs: jax.Array, action_mask: jax.Array) -> Distribution:
+        """Feed-forward: ``obs [..., N, O]``, ``action_mask bool [..., N, A]`` -> distribution
+        with batch shape ``[..., N]`` (see ``distribution`` for the masks)."""
+        return self.distribution(self.actor(params["actor"], obs), action_mask)
+
+    def agent_policy(self, agent_actor_params: Any, obs: jax.Array, action_mask: jax.Array) -> Distribution:
+        """One agent's feed-forward policy from its slice of *per-agent* actor parameters.
 
         ``agent_actor_params``: ``params["actor"]`` indexed at one agent (no agent axis);
         ``obs [..., O]``, ``action_mask bool [..., A]`` -> distribution with batch shape ``[...]``.
@@ -158,8 +319,10 @@ class ActorCritic:
         """
         if self.actor.shared:
             raise ValueError("agent_policy needs per-agent parameters (shared=False)")
-        return _masked_categorical(self.actor.module.apply(agent_actor_params, obs), action_mask)
+        if self.recurrent:
+            raise ValueError("agent_policy is feed-forward only")
+        return self.distribution(self.actor.module.apply(agent_actor_params, obs), action_mask)
 
     def value(self, params: dict[str, Any], critic_obs: jax.Array) -> jax.Array:
-        """``critic_obs [..., N, C] -> values [..., N]``."""
+        """Feed-forward: ``critic_obs [..., N, C] -> values [..., N]``."""
         return self.critic(params["critic"], critic_obs)[..., 0]

@@ -51,12 +51,17 @@ class RolloutState:
     Attributes:
         env_state: the environments' states, batched over ``[E]``.
         timestep: the last ``TimeStep`` (``obs [E, N, O]`` etc.), to act on next.
+        carry: the networks' hidden states ``{"actor", "critic"}: [E, N, H]``
+            (H = 0 for feed-forward networks).
+        first: bool [E] — ``timestep.obs`` starts an episode (hidden states reset).
         episode_return: float32 [E, N] — reward summed so far in the running episodes.
         episode_length: int32 [E].
     """
 
     env_state: Any
     timestep: TimeStep
+    carry: dict[str, jax.Array]
+    first: jax.Array
     episode_return: jax.Array
     episode_length: jax.Array
 
@@ -67,26 +72,34 @@ class Transition:
 
     Attributes:
         obs: [E, N, O]; action_mask: bool [E, N, A]; critic_obs: [E, N, C].
-        action: int32 [E, N]; log_prob: [E, N]; value: [E, N] — from the acting policy.
+        carry: hidden states ``{"actor", "critic"}: [E, N, H]`` entering the step,
+            before the reset that ``first`` applies; first: bool [E].
+        action: int32 [E, N] (discrete) or float32 [E, N, A] (continuous);
+        log_prob: [E, N]; value: [E, N] — from the acting policy.
         reward: [E, N]; terminated, truncated: bool [E].
-        final_critic_obs: [E, N, C] — critic input of the observation reached by the
-            step before any reset (bootstrap target for truncation).
+        final_value: [E, N] — the critic's value of the observation the step reached,
+            before any reset (the bootstrap target of a truncation).
         episode_return: [E] — team-mean return of the episode that ended at this step
             (0 where none ended); episode_length: int32 [E] likewise.
+        episode_won: bool [E] — an episode ended in a win at this step; None for
+            environments without a win condition.
     """
 
     obs: jax.Array
     action_mask: jax.Array
     critic_obs: jax.Array
+    carry: dict[str, jax.Array]
+    first: jax.Array
     action: jax.Array
     log_prob: jax.Array
     value: jax.Array
     reward: jax.Array
     terminated: jax.Array
     truncated: jax.Array
-    final_critic_obs: jax.Array
+    final_value: jax.Array
     episode_return: jax.Array
     episode_length: jax.Array
+    episode_won: jax.Array | None = None
 
 
 def shuffled_minibatches(key: jax.Array, data: Any, num_minibatches: int) -> Any:
@@ -96,15 +109,26 @@ def shuffled_minibatches(key: jax.Array, data: Any, num_minibatches: int) -> Any
     """
     batch_size = jax.tree.leaves(data)[0].shape[0]
     perm = jax.random.permutation(key, batch_size)
-    return jax.tree.map(lambda x: x[perm].reshape(num_minibatches, -1, *x.shape[1:]), data)
+    size = batch_size // num_minibatches  # explicit: -1 is ambiguous for zero-width (feed-forward) carries
+    return jax.tree.map(lambda x: x[perm].reshape(num_minibatches, size, *x.shape[1:]), data)
 
 
-def reset(env: AutoReset, key: jax.Array, num_envs: int) -> RolloutState:
-    """Resets ``num_envs`` environments."""
+def to_sequences(x: jax.Array, seq_len: int) -> jax.Array:
+    """``[T, E, ...] -> [T / L * E, L, ...]``: every environment's rollout cut into
+    consecutive sequences of L = ``seq_len`` steps (sequence index = chunk · E + env)."""
+    t, e = x.shape[:2]
+    x = x.reshape(t // seq_len, seq_len, e, *x.shape[2:])
+    return jnp.swapaxes(x, 1, 2).reshape(t // seq_len * e, seq_len, *x.shape[3:])
+
+
+def reset(env: AutoReset, net: ActorCritic, key: jax.Array, num_envs: int) -> RolloutState:
+    """Resets ``num_envs`` environments and the network's hidden states."""
     env_state, timestep = jax.vmap(env.reset)(jax.random.split(key, num_envs))
     return RolloutState(
         env_state=env_state,
         timestep=timestep,
+        carry=net.initial_carry((num_envs,)),
+        first=jnp.ones((num_envs,), bool),
         episode_return=jnp.zeros((num_envs, env.num_agents), jnp.float32),
         episode_length=jnp.zeros((num_envs,), jnp.int32),
     )
@@ -123,42 +147,49 @@ def rollout(
     """Runs ``num_steps`` steps of every environment under the current policy.
 
     Returns the carried state and the stacked ``Transition`` ``[T, E, ...]``.
-    ``policy`` overrides the network's policy (``(params, obs, mask) -> distribution``),
-    e.g. a uniform one for baselines.
+    ``policy`` overrides the network's action distribution (``(params, obs, mask) ->
+    distribution``), e.g. a uniform one for baselines; values and hidden states
+    still come from the network.
     """
-    policy = policy or net.policy
     num_envs = state.episode_length.shape[0]
 
     def one_step(state: RolloutState, key: jax.Array):
         key_act, key_env = jax.random.split(key)
         ts = state.timestep
         critic_obs = critic_features(ts.obs, ts.global_state, critic_input)
-        dist = policy(params, ts.obs, ts.action_mask)
+        carry, dist, value = net.step(params, state.carry, ts.obs, ts.action_mask, critic_obs, state.first)
+        if policy is not None:
+            dist = policy(params, ts.obs, ts.action_mask)
         action = dist.sample(seed=key_act)
         log_prob = dist.log_prob(action)
-        value = net.value(params, critic_obs)
 
         env_state, next_ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state.env_state, action)
         done = next_ts.done
+        final_critic_obs = critic_features(next_ts.final_obs, next_ts.final_global_state, critic_input)
         episode_return = state.episode_return + next_ts.reward
         episode_length = state.episode_length + 1
         transition = Transition(
             obs=ts.obs,
             action_mask=ts.action_mask,
             critic_obs=critic_obs,
-            action=action.astype(jnp.int32),
+            carry=state.carry,
+            first=state.first,
+            action=action if net.continuous else action.astype(jnp.int32),
             log_prob=log_prob,
             value=value,
             reward=next_ts.reward,
             terminated=next_ts.terminated,
             truncated=next_ts.truncated,
-            final_critic_obs=critic_features(next_ts.final_obs, next_ts.final_global_state, critic_input),
+            final_value=net.next_value(params, carry["critic"], final_critic_obs),
             episode_return=jnp.where(done, episode_return.mean(-1), 0.0),
             episode_length=jnp.where(done, episode_length, 0),
+            episode_won=None if next_ts.won is None else done & next_ts.won,
         )
         state = RolloutState(
             env_state=env_state,
             timestep=next_ts,
+            carry=carry,
+            first=done,
             episode_return=jnp.where(done[:, None], 0.0, episode_return),
             episode_length=jnp.where(done, 0, episode_length),
         )

@@ -31,7 +31,7 @@ from flax import struct
 from jaxpo import envs, happo, losses, valuenorm
 from jaxpo.gae import gae
 from jaxpo.networks import ACTIVATIONS, ActorCritic
-from jaxpo.rollout import CRITIC_INPUTS, RolloutState, critic_input_dim, reset, rollout, shuffled_minibatches
+from jaxpo.rollout import CRITIC_INPUTS, RolloutState, critic_input_dim, reset, rollout, shuffled_minibatches, to_sequences
 from jaxpo.support import Support
 
 ADV_NORM_SCOPES = ("none", "batch", "agent")
@@ -51,8 +51,15 @@ class Config:
         num_updates: total train steps; updates_per_chunk: K, steps per compiled chunk
             (the driver logs and reports between chunks).
         num_epochs, num_minibatches: PPO epochs over the T×E batch and minibatches per
-            epoch; minibatches shuffle transitions and keep all N agents together.
-        hidden, activation: MLP widths and nonlinearity for actor and critic.
+            epoch; minibatches shuffle transitions (sequences, when recurrent) and keep
+            all N agents together.
+        hidden, activation: layer widths and nonlinearity for actor and critic.
+        recurrent: GRU actor and critic (``Dense(hidden[0]) → GRU → Dense(hidden[1:])``)
+            with hidden states reset exactly where episodes start, in the rollout and
+            when sequences are replayed in the loss.
+        seq_len: recurrent only — the rollout is cut into sequences of this many steps
+            (each replayed from the hidden state stored at its start, MAPPO's
+            ``data_chunk_length``); None: the whole rollout (T). Must divide T.
         share_params: one parameter set with agent-id input, or per-agent stacked sets.
         critic_input: "local" (own observation) or "global" (world state, else all
             observations concatenated).
@@ -88,6 +95,8 @@ class Config:
     scheme: str = "simultaneous"
     value_norm: bool = False
     value_loss: str = "mse"
+    recurrent: bool = False
+    seq_len: int | None = None
 
     def __post_init__(self):
         kwargs = self.env_kwargs
@@ -99,10 +108,20 @@ class Config:
             value = getattr(self, field)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Config.{field} must be a positive integer, got {value!r}")
-        if (self.num_envs * self.num_steps) % self.num_minibatches:
+        if self.seq_len is not None:
+            if not self.recurrent:
+                raise ValueError("Config.seq_len is for recurrent networks only (recurrent=True); "
+                                 "feed-forward training shuffles single transitions")
+            if not isinstance(self.seq_len, (int, np.integer)) or isinstance(self.seq_len, bool) or self.seq_len < 1:
+                raise ValueError(f"Config.seq_len must be a positive integer or None, got {self.seq_len!r}")
+            if self.num_steps % self.seq_len:
+                raise ValueError(f"Config.seq_len ({self.seq_len}) must divide num_steps ({self.num_steps})")
+        if self.num_sequences % self.num_minibatches:
+            unit = "sequences" if self.recurrent else "transitions"
             raise ValueError(
-                f"Config.num_minibatches ({self.num_minibatches}) must divide num_envs * num_steps "
-                f"({self.num_envs} * {self.num_steps} = {self.num_envs * self.num_steps})"
+                f"Config.num_minibatches ({self.num_minibatches}) must divide the number of {unit} per update, "
+                f"num_envs * num_steps / sequence length ({self.num_envs} * {self.num_steps} / "
+                f"{self.sequence_length} = {self.num_sequences})"
             )
         if self.num_updates % self.updates_per_chunk:
             raise ValueError(
@@ -121,8 +140,23 @@ class Config:
         if self.scheme == "sequential" and self.share_params:
             raise ValueError("Config.scheme='sequential' (exact HAPPO) needs share_params=False: "
                              "agents are updated one after another, each with its own parameters")
+        if self.scheme == "sequential" and self.recurrent:
+            raise ValueError("Config.scheme='sequential' (exact HAPPO) supports feed-forward networks only "
+                             "(recurrent=False)")
         if not self.hidden or any(not isinstance(h, (int, np.integer)) or h < 1 for h in self.hidden):
             raise ValueError(f"Config.hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
+
+    @property
+    def sequence_length(self) -> int:
+        """L, steps per training sequence: ``seq_len`` or T when recurrent, 1 otherwise."""
+        if not self.recurrent:
+            return 1
+        return self.num_steps if self.seq_len is None else self.seq_len
+
+    @property
+    def num_sequences(self) -> int:
+        """Training sequences per update: E × T / L."""
+        return self.num_envs * self.num_steps // self.sequence_length
 
     @property
     def num_chunks(self) -> int:
@@ -246,6 +280,8 @@ class Trainer:
             hidden=config.hidden,
             activation=config.activation,
             shared=config.share_params,
+            recurrent=config.recurrent,
+            continuous=self.env.continuous,
         )
         self.init_runs = jax.jit(jax.vmap(self.init))
         self.chunk_runs = jax.jit(jax.vmap(self.chunk), donate_argnums=0)
@@ -266,23 +302,39 @@ class Trainer:
         return TrainState(
             params=params,
             opt_state=opt_state,
-            rollout=reset(self.env, key_env, self.config.num_envs),
+            rollout=reset(self.env, self.net, key_env, self.config.num_envs),
             value_norm=valuenorm.init((self.num_agents,)) if self.config.value_norm else None,
             key=key,
             update=jnp.zeros((), jnp.int32),
         )
 
+    def _unroll_inputs(self, batch: Any) -> tuple[Any, jax.Array, Any]:
+        """``(h0, first [L, b], time_major)`` for a minibatch of b sequences ``[b, L, ...]``:
+        the hidden states stored at each sequence's start and a time-major view."""
+        h0 = jax.tree.map(lambda h: h[:, 0], batch.carry)
+        time_major = lambda x: jnp.swapaxes(x, 0, 1)
+        return h0, time_major(batch.first), time_major
+
+    def _flat(self, x: jax.Array) -> jax.Array:
+        """``[L, b, N] -> [L * b, N]``: the losses take one batch axis."""
+        return x.reshape(-1, self.num_agents)
+
     def _loss(self, params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
-        """PPO loss on a minibatch ``[B, N, ...]`` of transitions."""
-        dist = self.net.policy(params, batch.obs, batch.action_mask)
+        """PPO loss on a minibatch of b sequences of L steps (leaves ``[b, L, N, ...]``;
+        L = 1 for feed-forward networks): sequences are replayed from their stored
+        hidden states, resetting them where episodes start, exactly as in the rollout."""
+        h0, first, tm = self._unroll_inputs(batch)
+        dist = self.net.unroll_policy(params["actor"], h0["actor"], tm(batch.obs), tm(batch.action_mask), first)
+        values = self.net.unroll_value(params["critic"], h0["critic"], tm(batch.critic_obs), first)
+        flat = self._flat
         return losses.ppo_loss(
-            log_prob=dist.log_prob(batch.action),
-            old_log_prob=batch.log_prob,
-            advantages=advantages,
-            values=self.net.value(params, batch.critic_obs),
-            old_values=batch.value,
-            returns=targets,
-            entropy=dist.entropy(),
+            log_prob=flat(dist.log_prob(tm(batch.action))),
+            old_log_prob=flat(tm(batch.log_prob)),
+            advantages=flat(tm(advantages)),
+            values=flat(values),
+            old_values=flat(tm(batch.value)),
+            returns=flat(tm(targets)),
+            entropy=flat(dist.entropy()),
             S_R=hyper.S_R,
             clip_eps=hyper.clip_eps,
             vf_coef=hyper.vf_coef,
@@ -292,8 +344,11 @@ class Trainer:
 
     def _critic_loss(self, critic_params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
         """The critic's share of the loss alone (the sequential scheme trains actors apart)."""
-        values = self.net.critic(critic_params, batch.critic_obs)[..., 0]
-        v_loss = losses.value_loss(values, batch.value, targets, hyper.clip_eps, self._huber_delta(hyper))
+        h0, first, tm = self._unroll_inputs(batch)
+        values = self.net.unroll_value(critic_params, h0["critic"], tm(batch.critic_obs), first)
+        flat = lambda x: self._flat(tm(x))
+        v_loss = losses.value_loss(self._flat(values), flat(batch.value), flat(targets), hyper.clip_eps,
+                                   self._huber_delta(hyper))
         return hyper.vf_coef * v_loss, {"value_loss": v_loss}
 
     def _huber_delta(self, hyper: Hyper) -> jax.Array | None:
@@ -332,8 +387,7 @@ class Trainer:
         advantages, then advantage normalisation. Targets are unnormalised returns.
         """
         cfg = self.config
-        values = traj.value
-        next_values = self.net.value(state.params, traj.final_critic_obs)
+        values, next_values = traj.value, traj.final_value
         if cfg.value_norm:
             values = valuenorm.denormalize(state.value_norm, values)
             next_values = valuenorm.denormalize(state.value_norm, next_values)
@@ -357,15 +411,13 @@ class Trainer:
         )
         advantages, targets = self.advantages(state, traj, hyper)
 
-        # Flatten [T, E] into one batch axis; agents stay together in each sample. Only
-        # the fields the loss reads are shuffled.
-        batch_size = cfg.num_steps * cfg.num_envs
-        flat = lambda x: x.reshape(batch_size, *x.shape[2:])
+        # [T, E] -> [S, L]: S sequences of L steps (L = 1 feed-forward); agents stay
+        # together in each sample. Only the fields the loss reads are shuffled.
         loss_inputs = traj.replace(
-            reward=None, terminated=None, truncated=None, final_critic_obs=None,
-            episode_return=None, episode_length=None,
+            reward=None, terminated=None, truncated=None, final_value=None,
+            episode_return=None, episode_length=None, episode_won=None,
         )
-        data = jax.tree.map(flat, (loss_inputs, advantages, targets))
+        data = jax.tree.map(lambda x: to_sequences(x, cfg.sequence_length), (loss_inputs, advantages, targets))
         optimizer = _optimizer(hyper)
         if cfg.scheme == "simultaneous":
             (params, opt_state, norm), loss_metrics = self._epochs(
@@ -374,9 +426,10 @@ class Trainer:
         else:  # exact HAPPO: actors one after another, then the critics
             key_order, key_actor, key_epochs = jax.random.split(key_epochs, 3)
             order = jax.random.permutation(key_order, self.num_agents)
+            transitions, actor_advantages = jax.tree.map(lambda x: x[:, 0], data[:2])  # L = 1
             actor, actor_opt, actor_metrics = happo.sequential_actor_update(
                 self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
-                data[0], data[1], order, key_actor, hyper.clip_eps, hyper.ent_coef,
+                transitions, actor_advantages, order, key_actor, hyper.clip_eps, hyper.ent_coef,
                 cfg.num_epochs, cfg.num_minibatches,
             )
             (critic, critic_opt, norm), critic_metrics = self._epochs(
@@ -394,6 +447,7 @@ class Trainer:
             "episode_length": mean_or_nan(traj.episode_length.sum().astype(jnp.float32)),
             "episodes": episodes,
             "reward": traj.reward.mean(),
+            **({} if traj.episode_won is None else {"win_rate": mean_or_nan(traj.episode_won.sum())}),
             **jax.tree.map(jnp.mean, loss_metrics),
         }
         new_state = TrainState(
@@ -451,11 +505,15 @@ class TrainResult:
     seconds: float
     compile_seconds: float
 
+    def final(self, metric: str = "return", last: float = 0.1) -> np.ndarray:
+        """Mean of ``metric`` over the last ``last`` fraction of train steps, per run ``[R]``."""
+        u = self.metrics[metric].shape[1]
+        k = max(1, int(round(u * last)))
+        return np.nanmean(self.metrics[metric][:, -k:], axis=1)
+
     def final_return(self, last: float = 0.1) -> np.ndarray:
         """Mean return over the last ``last`` fraction of train steps, per run ``[R]``."""
-        u = self.metrics["return"].shape[1]
-        k = max(1, int(round(u * last)))
-        return np.nanmean(self.metrics["return"][:, -k:], axis=1)
+        return self.final("return", last)
 
     def initial_return(self) -> np.ndarray:
         """Return of the untrained policy (first train step's rollout), per run ``[R]``."""

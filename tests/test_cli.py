@@ -22,7 +22,7 @@ def random_policy_returns(config: Config, num_steps: int = 500) -> np.ndarray:
     tr = trainer(config)
     uniform = lambda params, obs, mask: distrax.Categorical(logits=jnp.where(mask, 0.0, MASKED_LOGIT))
     params = tr.net.init(jax.random.PRNGKey(0))
-    state = reset(tr.env, jax.random.PRNGKey(1), config.num_envs)
+    state = reset(tr.env, tr.net, jax.random.PRNGKey(1), config.num_envs)
     _, traj = jax.jit(
         lambda s, k: rollout(tr.env, tr.net, params, s, k, num_steps, config.critic_input, policy=uniform)
     )(state, jax.random.PRNGKey(2))

@@ -36,7 +36,7 @@ def _setup():
     action = dist.sample(seed=k_act).astype(jnp.int32)
     batch = Transition(
         obs=obs, action_mask=mask, critic_obs=None, action=action, log_prob=dist.log_prob(action),
-        value=None, reward=None, terminated=None, truncated=None, final_critic_obs=None,
+        carry=None, first=None, value=None, reward=None, terminated=None, truncated=None, final_value=None,
         episode_return=None, episode_length=None,
     )
     advantages = jax.random.normal(k_adv, (B, N))  # distinct per-agent columns

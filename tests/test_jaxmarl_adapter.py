@@ -97,6 +97,7 @@ def test_reset_step_match_jaxmarl(mpe, name):
     check_obs(env, ts, raw_obs)
     np.testing.assert_array_equal(ts.reward, 0.0)
     assert not ts.terminated and not ts.truncated
+    assert ts.won is None  # MPE has no win condition
     # MPE has no action masks: every real action is available, padding is not.
     np.testing.assert_array_equal(ts.action_mask, np.arange(env.num_actions) < env.agent_num_actions[:, None])
 
@@ -248,8 +249,8 @@ def test_bad_input_raises(mpe):
         JaxMARLAdapter.from_name("MPE_simple_spread_v3", local_ratio=2.0)
     with pytest.raises(ValueError, match="local_ration"):  # MPE would swallow the typo
         JaxMARLAdapter.from_name("MPE_simple_spread_v3", local_ration=0.3)
-    with pytest.raises(ValueError, match="continuous actions are not supported yet.*Box"):
-        JaxMARLAdapter.from_name("MPE_simple_spread_v3", action_type="Continuous")
+    with pytest.raises(ValueError, match="unknown SMAX scenario '3x'.*2s3z"):
+        JaxMARLAdapter.from_name("HeuristicEnemySMAX", scenario="3x")
     with pytest.raises(ValueError, match="MultiAgentEnv"):
         JaxMARLAdapter(object())
     env = mpe["MPE_simple_spread_v3"].env
@@ -330,6 +331,98 @@ def test_smax_termination_vs_truncation(smax):
     # Won on the last step: still a termination (terminal state, nothing to bootstrap).
     (_, ts), _ = smax.step2(key, _with(state, step=env.max_steps - 1, kill_enemies=True), stop)
     assert bool(ts.terminated) and not bool(ts.truncated)
+
+
+def test_smax_won_flag(smax):
+    """won: enemies all dead with an ally alive (JaxMARL's win bonus); a draw or a loss is not a win."""
+    env = smax.env
+    (state, ts), _ = smax.reset2(jax.random.PRNGKey(0))
+    assert not bool(ts.won)
+    key, stop = jax.random.PRNGKey(2), jnp.full((5,), 4, jnp.int32)
+    (_, ts), _ = smax.step2(key, state, stop)
+    assert not bool(ts.won) and not bool(ts.done)
+    (_, ts), _ = smax.step2(key, _with(state, kill_enemies=True), stop)
+    assert bool(ts.won)
+    inner = state.state
+    draw = state.replace(state=inner.replace(unit_health=jnp.zeros_like(inner.unit_health)))
+    (_, ts), _ = smax.step2(key, draw, stop)
+    assert bool(ts.terminated) and not bool(ts.won) and (ts.reward < 1.0).all()
+    lost = state.replace(state=inner.replace(unit_health=inner.unit_health.at[:5].set(0.0)))
+    (_, ts), _ = smax.step2(key, lost, stop)
+    assert bool(ts.terminated) and not bool(ts.won)
+
+
+@pytest.mark.parametrize("scenario, allies, actions", [("3m", 3, 8), ("2s3z", 5, 10)])
+def test_smax_scenarios_by_name(scenario, allies, actions):
+    env = JaxMARLAdapter.from_name("HeuristicEnemySMAX", scenario=scenario)
+    assert (env.num_agents, env.num_actions) == (allies, actions)  # 4 moves, stop, one attack per enemy
+    assert env.env.num_enemies == allies
+    _, ts = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+    assert ts.global_state.shape == (allies, env.global_state_dim)
+
+
+# -- MPE with continuous actions ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mpe_continuous():
+    return {
+        name: with_pairs(JaxMARLAdapter.from_name(name, action_type="Continuous"))
+        for name in ("MPE_simple_spread_v3", "MPE_simple_speaker_listener_v4")
+    }
+
+
+def test_continuous_spread_matches_jaxmarl_with_clipped_actions(mpe_continuous):
+    p = mpe_continuous["MPE_simple_spread_v3"]
+    env = p.env
+    assert env.continuous and AutoReset(env).continuous
+    assert (env.num_agents, env.obs_dim, env.num_actions) == (3, 18, 5)
+    np.testing.assert_array_equal(env.action_low, 0.0)
+    np.testing.assert_array_equal(env.action_high, 1.0)
+    key = jax.random.PRNGKey(3)
+    (state, ts), (raw_obs, _) = p.reset2(key)
+    check_timestep(env, ts)
+    check_obs(env, ts, raw_obs)
+    assert ts.action_mask.all()  # every action dimension exists
+    actions = jax.random.uniform(jax.random.PRNGKey(4), (3, 5), minval=-0.5, maxval=1.5)
+    state2, ts2 = env.step(key, state, actions)
+    raw_obs, raw_state, raw_rew, _ = env.env.step_env(
+        key, state, {a: jnp.clip(actions[i], 0.0, 1.0) for i, a in enumerate(env.agents)}
+    )[:4]
+    check_timestep(env, ts2)
+    check_obs(env, ts2, raw_obs)
+    np.testing.assert_allclose(ts2.reward, stack(raw_rew, env.agents), rtol=1e-6)
+    np.testing.assert_array_equal(state2.p_vel, raw_state.p_vel)
+    # Unclipped, the out-of-range actions would push harder: the clip is what reached the env.
+    _, unclipped = env.env.step_env(key, state, {a: actions[i] for i, a in enumerate(env.agents)})[:2]
+    assert not np.allclose(raw_state.p_vel, unclipped.p_vel)
+    # Continuous actions move the agents: velocity follows action[2] - action[1], action[4] - action[3].
+    push = jnp.zeros((3, 5)).at[:, 2].set(1.0)
+    moved, _ = env.step(key, state, push)
+    assert (np.asarray(moved.p_vel[:3, 0]) > np.asarray(state.p_vel[:3, 0])).all()
+
+
+def test_continuous_padding_speaker_listener(mpe_continuous):
+    p = mpe_continuous["MPE_simple_speaker_listener_v4"]
+    env = p.env
+    np.testing.assert_array_equal(env.agent_num_actions, [3, 5])
+    (state, ts), _ = p.reset2(jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(ts.action_mask, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    key = jax.random.PRNGKey(2)
+    actions = jnp.full((2, 5), 0.5)
+    _, base = env.step(key, state, actions)
+    _, padded = env.step(key, state, actions.at[0, 3:].set(9.0))  # the speaker's padding dims
+    np.testing.assert_array_equal(base.obs, padded.obs)
+    _, spoken = env.step(key, state, actions.at[0, 0].set(1.0))  # a real speaker dim
+    assert not np.array_equal(base.obs, spoken.obs)
+
+
+def test_continuous_bad_actions(mpe_continuous):
+    env = mpe_continuous["MPE_simple_spread_v3"].env
+    with pytest.raises(ValueError, match=r"float array of shape \(3, 5\) \(continuous env\)"):
+        env.step(jax.random.PRNGKey(0), None, jnp.zeros((3,), jnp.int32))
+    with pytest.raises(ValueError, match=r"float array of shape \(3, 5\)"):
+        env.step(jax.random.PRNGKey(0), None, jnp.zeros((3, 4), jnp.float32))
 
 
 def test_quiet_import_survives_jaxmarl_stream_reset(capsys):

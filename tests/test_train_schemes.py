@@ -80,13 +80,13 @@ def test_gae_runs_on_denormalised_values(mappo_result):
     _, traj = rollout(tr.env, tr.net, state.params, state.rollout, jax.random.PRNGKey(3), MAPPO.num_steps, "global")
     _, targets = tr.advantages(state, traj, hyper)
     values = valuenorm.denormalize(state.value_norm, traj.value)
-    next_values = valuenorm.denormalize(state.value_norm, tr.net.value(state.params, traj.final_critic_obs))
+    next_values = valuenorm.denormalize(state.value_norm, traj.final_value)
     rewards = traj.reward @ hyper.S_A.T  # aggregate_in="reward"
     flags = lambda x: jnp.broadcast_to(x[..., None], rewards.shape)
     _, expected = gae(rewards, values, next_values, flags(traj.terminated), flags(traj.truncated),
                       hyper.gamma, hyper.gae_lambda)
     np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-5)
     # and differs from GAE on the raw (normalised) outputs
-    _, raw = gae(rewards, traj.value, tr.net.value(state.params, traj.final_critic_obs),
+    _, raw = gae(rewards, traj.value, traj.final_value,
                  flags(traj.terminated), flags(traj.truncated), hyper.gamma, hyper.gae_lambda)
     assert not np.allclose(targets, raw, atol=1e-2)
