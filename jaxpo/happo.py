@@ -21,8 +21,10 @@ it, writes it back with ``.at[m].set``. ``order`` is traced, so every permutatio
 shares one compiled program. Parameters must be per-agent (``share_params=False``):
 with one shared actor there is no per-agent slice to update in sequence.
 
-Shapes: B transitions (the flattened T × E batch), N agents, O observation width,
-A actions, K = len(order) (normally N).
+Shapes: B samples (transitions of the flattened T × E batch, or sequences of L
+steps for recurrent actors), N agents, O observation width, A actions,
+K = len(order) (normally N). A sample's trailing step axis, when present, follows
+the agent axis: ``[B, N, L, ...]``.
 """
 
 from __future__ import annotations
@@ -69,17 +71,17 @@ def happo_policy_loss(
     takes no part in the clip decision) and is detached.
 
     Args:
-      log_prob: ``[B]`` the agent's current ``log π_m(a_m|o_m)``.
-      old_log_prob: ``[B]`` the same under the behaviour policy.
-      advantages: ``[B]`` the agent's (normalised) advantage column.
-      factor: ``[B]`` product of the earlier agents' new/old ratios (1 for the first).
+      log_prob: ``[B]`` (or ``[B, L]``: any shape, the mean runs over all entries) the
+        agent's current ``log π_m(a_m|o_m)``.
+      old_log_prob: the same under the behaviour policy.
+      advantages: the agent's (normalised) advantage column.
+      factor: product of the earlier agents' new/old ratios (1 for the first).
       clip_eps: scalar ε; may be traced.
 
     Returns:
       ``(loss, metrics)``; metrics ``"clip_frac"`` (fraction with ``|ρ − 1| > ε``) and
       ``"approx_kl"`` (mean of ``(ρ − 1) − log ρ``).
     """
-    chex.assert_rank([log_prob, old_log_prob, advantages, factor], 1)
     chex.assert_equal_shape([log_prob, old_log_prob, advantages, factor])
     old_log_prob, advantages, factor = jax.lax.stop_gradient((old_log_prob, advantages, factor))
     log_ratio = log_prob - old_log_prob
@@ -107,12 +109,14 @@ def sequential_actor_trace(
     ent_coef: chex.Numeric,
     num_epochs: int,
     num_minibatches: int,
+    extra_inputs: tuple = (),
 ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """The sequential HAPPO actor update, with per-position diagnostics.
 
     Args:
-      actor_apply: ``(params_m, obs [b, O], action_mask bool [b, A]) -> distribution``
+      actor_apply: ``(params_m, obs [b, O], action_mask bool [b, A], *extra) -> distribution``
         with batch shape ``[b]``, for ONE agent (params without the agent axis).
+        With a step axis: ``obs [b, L, O]`` etc. and batch shape ``[b, L]``.
       actor_params: per-agent stacked pytree, every leaf ``[N, ...]``.
       opt_state: per-agent stacked optimiser state (``init_opt_state``).
       optimizer: optax transformation; may be built from traced hyperparameters.
@@ -120,8 +124,10 @@ def sequential_actor_trace(
         [B, N, A]``, ``action int [B, N]`` (continuous: float ``[B, N, A]``),
         ``log_prob [B, N]`` (behaviour policy),
         e.g. a ``rollout.Transition`` flattened to ``[B, ...]``. Other fields are ignored.
-      advantages: ``[B, N]`` column m is agent m's advantage (for HAPPO every column is
-        the normalised team advantage; distinct columns are allowed).
+      advantages: ``[B, N]`` (``[B, N, L]``) column m is agent m's advantage (for
+        HAPPO every column is the normalised team advantage; distinct columns are
+        allowed). ``obs``, ``action_mask``, ``action`` and ``log_prob`` may carry the
+        same step axis L after the agent axis.
       order: int ``[K]`` distinct agent indices, updated in this order (K = N for
         HAPPO; a prefix updates only those agents). Traced.
       key: PRNG key for the minibatch shuffles. Agent m shuffles with
@@ -129,6 +135,10 @@ def sequential_actor_trace(
         ``permutation`` of B is cut into ``num_minibatches`` consecutive minibatches.
       clip_eps, ent_coef: scalars; may be traced.
       num_epochs, num_minibatches: static; ``num_minibatches`` must divide B.
+      extra_inputs: more ``[B, N, ...]`` arrays passed, sliced per agent, after
+        ``obs`` and ``action_mask`` to ``actor_apply`` (recurrent actors: the hidden
+        state at each sequence's start ``[B, N, H]`` and the ``first`` flags
+        ``[B, N, L]``).
 
     Returns:
       ``(actor_params, opt_state, trace)``. Agents not in ``order`` are returned
@@ -136,14 +146,18 @@ def sequential_actor_trace(
       ``"factor" [K, B]`` (the factor M_p agent order[p] trained with),
       ``"policy_loss"``, ``"entropy"``, ``"clip_frac"``, ``"approx_kl"`` ``[K]``
       (means over that agent's epochs × minibatches), and ``"joint_ratio" [B]`` =
-      M_K, the product of all updated agents' new/old ratios.
+      M_K, the product of all updated agents' new/old ratios (``[K, B, L]`` and
+      ``[B, L]`` with a step axis).
     """
     obs, mask, action, old_log_prob = batch.obs, batch.action_mask, batch.action, batch.log_prob
-    chex.assert_rank([obs, mask, old_log_prob, advantages, order], [3, 3, 2, 2, 1])
+    chex.assert_rank(order, 1)
     chex.assert_equal_shape([old_log_prob, advantages])
-    chex.assert_equal_shape_prefix([obs, mask, action], 2)
+    chex.assert_equal_shape_prefix([obs, mask, action, old_log_prob, *extra_inputs], 2)
     chex.assert_type(order, int)
-    num_samples, num_agents = old_log_prob.shape
+    if old_log_prob.ndim not in (2, 3) or obs.ndim != old_log_prob.ndim + 1:
+        raise ValueError(f"expected log_prob [B, N] or [B, N, L] and obs one rank higher, "
+                         f"got log_prob {old_log_prob.shape} and obs {obs.shape}")
+    num_samples, num_agents = old_log_prob.shape[:2]
     chex.assert_tree_shape_prefix(actor_params, (num_agents,))
     if order.shape[0] > num_agents:
         raise ValueError(f"order has {order.shape[0]} entries but there are {num_agents} agents")
@@ -151,14 +165,14 @@ def sequential_actor_trace(
         raise ValueError(f"num_minibatches ({num_minibatches}) must divide the batch size ({num_samples})")
 
     # Agent-major [N, B, ...] so that agent m's data is one dynamic slice.
-    data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), (obs, mask, action, old_log_prob, advantages))
+    data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), (obs, mask, action, old_log_prob, advantages, extra_inputs))
     agent_keys = jax.random.split(key, num_agents)
     take = lambda tree, m: jax.tree.map(lambda x: x[m], tree)
     put = lambda tree, m, new: jax.tree.map(lambda x, y: x.at[m].set(y), tree, new)
 
     def loss_fn(params_m, minibatch):
-        obs_m, mask_m, action_m, old_lp, adv, factor = minibatch
-        dist = actor_apply(params_m, obs_m, mask_m)
+        obs_m, mask_m, action_m, old_lp, adv, extra, factor = minibatch
+        dist = actor_apply(params_m, obs_m, mask_m, *extra)
         pi_loss, metrics = happo_policy_loss(dist.log_prob(action_m), old_lp, adv, factor, clip_eps)
         entropy = jnp.mean(dist.entropy())
         return pi_loss - ent_coef * entropy, {"policy_loss": pi_loss, "entropy": entropy, **metrics}
@@ -183,14 +197,14 @@ def sequential_actor_trace(
         (params_m, opt_m), metrics = jax.lax.scan(epoch, (params_m, opt_m), epoch_keys)
 
         # Unclipped new/old ratio of the updated agent on the whole batch.
-        obs_m, mask_m, action_m, old_lp = agent_data[:4]
-        new_lp = actor_apply(params_m, obs_m, mask_m).log_prob(action_m)
+        obs_m, mask_m, action_m, old_lp, _, extra = agent_data[:6]
+        new_lp = actor_apply(params_m, obs_m, mask_m, *extra).log_prob(action_m)
         new_factor = jax.lax.stop_gradient(factor * jnp.exp(new_lp - old_lp))
 
         out = {"agent": m, "factor": factor, **jax.tree.map(jnp.mean, metrics)}
         return (put(params, m, params_m), put(opt, m, opt_m), new_factor), out
 
-    factor0 = jnp.ones((num_samples,), old_log_prob.dtype)
+    factor0 = jnp.ones((num_samples, *old_log_prob.shape[2:]), old_log_prob.dtype)
     (actor_params, opt_state, joint_ratio), trace = jax.lax.scan(
         agent_step, (actor_params, opt_state, factor0), order
     )
@@ -210,6 +224,7 @@ def sequential_actor_update(
     ent_coef: chex.Numeric,
     num_epochs: int,
     num_minibatches: int,
+    extra_inputs: tuple = (),
 ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """The sequential HAPPO actor update with scalar metrics (arguments: ``sequential_actor_trace``).
 
@@ -224,9 +239,9 @@ def sequential_actor_update(
     """
     actor_params, opt_state, trace = sequential_actor_trace(
         actor_apply, actor_params, opt_state, optimizer, batch, advantages, order, key,
-        clip_eps, ent_coef, num_epochs, num_minibatches,
+        clip_eps, ent_coef, num_epochs, num_minibatches, extra_inputs,
     )
-    factor = trace["factor"]  # [K, B]
+    factor = trace["factor"].reshape(order.shape[0], -1)  # [K, B] (× L)
     metrics = {
         "policy_loss": jnp.sum(trace["policy_loss"]),
         "entropy": jnp.sum(trace["entropy"]),

@@ -20,6 +20,7 @@ Both act on arrays with the agent axis second to last: observations
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Sequence
 
 import distrax
@@ -108,8 +109,16 @@ class GRUNet(MLP):
 
 
 def reset_carry(h: jax.Array, first: jax.Array) -> jax.Array:
-    """``h [..., N, H]`` zeroed where ``first [...]`` is set (a new episode starts)."""
-    return jnp.where(first[..., None, None], 0.0, h)
+    """Hidden state ``h [*P, ..., H]`` zeroed where ``first bool [*P]`` is set (a new
+    episode starts); e.g. ``h [E, N, H]`` with ``first [E]``."""
+    return jnp.where(first.reshape(first.shape + (1,) * (h.ndim - first.ndim)), 0.0, h)
+
+
+def unroll(cell: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]], h0: jax.Array, xs: jax.Array,
+           first: jax.Array) -> jax.Array:
+    """``cell(h, x) -> (h', y)`` scanned over time-major ``xs [L, ...]``, the hidden state
+    reset (``reset_carry``) before every step whose ``first [L, ...]`` is set; ``ys [L, ...]``."""
+    return jax.lax.scan(lambda h, inp: cell(reset_carry(h, inp[1]), inp[0]), h0, (xs, first))[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +187,7 @@ class AgentNetwork:
         ``first bool [L, ...]`` -> ``ys [L, ..., N, out]`` (``lax.scan`` when recurrent)."""
         if not self.recurrent:
             return self(params, xs)
-        return jax.lax.scan(lambda h, inp: self.step(params, h, *inp), h0, (xs, first))[1]
+        return unroll(lambda h, x: self._apply(params, h, self._inputs(x)), h0, xs, first)
 
 
 class MaskedDiagGaussian:
@@ -310,18 +319,27 @@ class ActorCritic:
         with batch shape ``[..., N]`` (see ``distribution`` for the masks)."""
         return self.distribution(self.actor(params["actor"], obs), action_mask)
 
-    def agent_policy(self, agent_actor_params: Any, obs: jax.Array, action_mask: jax.Array) -> Distribution:
-        """One agent's feed-forward policy from its slice of *per-agent* actor parameters.
+    def agent_policy(
+        self, agent_actor_params: Any, obs: jax.Array, action_mask: jax.Array,
+        h0: jax.Array | None = None, first: jax.Array | None = None,
+    ) -> Distribution:
+        """One agent's policy from its slice of *per-agent* actor parameters.
 
-        ``agent_actor_params``: ``params["actor"]`` indexed at one agent (no agent axis);
-        ``obs [..., O]``, ``action_mask bool [..., A]`` -> distribution with batch shape ``[...]``.
-        Used by the sequential (HAPPO) scheme, which updates one agent at a time.
+        ``agent_actor_params``: ``params["actor"]`` indexed at one agent (no agent axis).
+        Feed-forward: ``obs [..., O]``, ``action_mask bool [..., A]`` -> distribution with
+        batch shape ``[...]`` (``h0``, ``first`` ignored). Recurrent: batch-major
+        sequences ``obs [b, L, O]``, ``action_mask [b, L, A]``, ``h0 [b, H]``,
+        ``first bool [b, L]`` -> batch ``[b, L]``. Used by the sequential (HAPPO)
+        scheme, which updates one agent at a time.
         """
         if self.actor.shared:
             raise ValueError("agent_policy needs per-agent parameters (shared=False)")
-        if self.recurrent:
-            raise ValueError("agent_policy is feed-forward only")
-        return self.distribution(self.actor.module.apply(agent_actor_params, obs), action_mask)
+        apply = functools.partial(self.actor.module.apply, agent_actor_params)
+        if not self.recurrent:
+            return self.distribution(apply(obs), action_mask)
+        time_major = lambda x: jnp.swapaxes(x, 0, 1)
+        out = time_major(unroll(apply, h0, time_major(obs), time_major(first)))
+        return self.distribution(out, action_mask)
 
     def value(self, params: dict[str, Any], critic_obs: jax.Array) -> jax.Array:
         """Feed-forward: ``critic_obs [..., N, C] -> values [..., N]``."""

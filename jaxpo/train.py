@@ -140,9 +140,6 @@ class Config:
         if self.scheme == "sequential" and self.share_params:
             raise ValueError("Config.scheme='sequential' (exact HAPPO) needs share_params=False: "
                              "agents are updated one after another, each with its own parameters")
-        if self.scheme == "sequential" and self.recurrent:
-            raise ValueError("Config.scheme='sequential' (exact HAPPO) supports feed-forward networks only "
-                             "(recurrent=False)")
         if not self.hidden or any(not isinstance(h, (int, np.integer)) or h < 1 for h in self.hidden):
             raise ValueError(f"Config.hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
 
@@ -351,6 +348,24 @@ class Trainer:
                                    self._huber_delta(hyper))
         return hyper.vf_coef * v_loss, {"value_loss": v_loss}
 
+    def _agent_major(self, sequences: Any, advantages: jax.Array) -> tuple[Any, jax.Array]:
+        """Sequences ``[S, L, N, ...]`` -> HAPPO's layout ``[S, N, L, ...]`` (feed-forward:
+        ``[S, N, ...]``, L = 1 dropped) for the fields it reads, and the advantages."""
+        if self.config.recurrent:
+            move = lambda x: jnp.swapaxes(x, 1, 2)
+        else:
+            move = lambda x: x[:, 0]
+        batch = sequences.replace(carry=None, first=None, critic_obs=None, value=None)
+        return jax.tree.map(move, batch), move(advantages)
+
+    def _agent_major_extra(self, sequences: Any) -> tuple:
+        """Recurrent actors' extra HAPPO inputs: ``h0 [S, N, H]``, ``first [S, N, L]``."""
+        if not self.config.recurrent:
+            return ()
+        first = jnp.broadcast_to(sequences.first[:, None, :], (sequences.first.shape[0], self.num_agents,
+                                                               sequences.first.shape[1]))
+        return sequences.carry["actor"][:, 0], first
+
     def _huber_delta(self, hyper: Hyper) -> jax.Array | None:
         return hyper.huber_delta if self.config.value_loss == "huber" else None
 
@@ -426,11 +441,10 @@ class Trainer:
         else:  # exact HAPPO: actors one after another, then the critics
             key_order, key_actor, key_epochs = jax.random.split(key_epochs, 3)
             order = jax.random.permutation(key_order, self.num_agents)
-            transitions, actor_advantages = jax.tree.map(lambda x: x[:, 0], data[:2])  # L = 1
             actor, actor_opt, actor_metrics = happo.sequential_actor_update(
                 self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
-                transitions, actor_advantages, order, key_actor, hyper.clip_eps, hyper.ent_coef,
-                cfg.num_epochs, cfg.num_minibatches,
+                *self._agent_major(data[0], data[1]), order, key_actor, hyper.clip_eps, hyper.ent_coef,
+                cfg.num_epochs, cfg.num_minibatches, extra_inputs=self._agent_major_extra(data[0]),
             )
             (critic, critic_opt, norm), critic_metrics = self._epochs(
                 self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,

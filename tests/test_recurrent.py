@@ -44,6 +44,23 @@ def test_sequence_crossing_a_boundary_equals_a_fresh_sequence_after_it(gru):
     np.testing.assert_allclose(jnp.stack(outs), ys, rtol=1e-5, atol=1e-6)
 
 
+def test_agent_policy_replays_the_stacked_recurrent_policy():
+    """HAPPO's per-agent path (one agent's parameters, batch-major sequences) gives that
+    agent's column of the stacked, vmapped policy, resets included."""
+    net = ActorCritic.create(N, O, A, C, hidden=(16, 8), shared=False, recurrent=True)
+    params = jax.tree.map(lambda x: 3.0 * x, net.init(jax.random.PRNGKey(2)))
+    k_h, k_x = jax.random.split(jax.random.PRNGKey(3))
+    h0 = jax.random.normal(k_h, (B, N, 16))
+    xs = jax.random.normal(k_x, (L, B, N, O))
+    mask = jnp.ones((L, B, N, A), bool)
+    first = jnp.zeros((L, B), bool).at[K, 1].set(True).at[2, 3].set(True)
+    stacked = net.unroll_policy(params["actor"], h0, xs, mask, first).logits  # [L, B, N, A]
+    for m in range(N):
+        agent = jax.tree.map(lambda x: x[m], params["actor"])
+        dist = net.agent_policy(agent, xs[:, :, m].swapaxes(0, 1), mask[:, :, m].swapaxes(0, 1), h0[:, m], first.T)
+        np.testing.assert_allclose(dist.logits, stacked[:, :, m].swapaxes(0, 1), rtol=1e-5, atol=1e-5)
+
+
 def test_feed_forward_networks_have_zero_width_carries():
     net = ActorCritic.create(N, O, A, C, hidden=(8,))
     carry = net.initial_carry((2,))
@@ -119,7 +136,6 @@ def test_recurrent_training_runs_and_is_deterministic():
         (dict(recurrent=True, seq_len=5), r"seq_len \(5\) must divide num_steps \(12\)"),
         (dict(recurrent=True, seq_len=0), "seq_len must be a positive integer"),
         (dict(recurrent=True, seq_len=4, num_minibatches=4), r"must divide the number of sequences"),
-        (dict(recurrent=True, scheme="sequential", share_params=False), "feed-forward networks only"),
     ],
 )
 def test_bad_recurrent_config(kwargs, match):
