@@ -36,7 +36,8 @@ Fields of every line:
                     memory stats (GPU/TPU); null on CPU.
     process_wall_s  wall seconds of the whole subprocess for this num_envs (imports, both kinds).
 Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
-    updates_per_s, num_epochs, num_minibatches, hidden, preset, init_compile_s.
+    updates_per_s, num_epochs, num_minibatches, hidden, recurrent, seq_len (L, 1 when
+    feed-forward), scheme, preset, init_compile_s.
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
 """
 
@@ -71,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-epochs", type=int, default=4)
     p.add_argument("--num-minibatches", type=int, default=4)
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
+    p.add_argument("--recurrent", action="store_true", help="GRU actor and critic")
+    p.add_argument("--seq-len", type=int, default=None, help="with --recurrent: training sequence length")
+    p.add_argument("--scheme", default="simultaneous", choices=("simultaneous", "sequential"),
+                   help="sequential: exact HAPPO (per-agent parameters)")
     p.add_argument("--preset", default="ippo",
                    help="support preset (traced data: it does not change the compiled program)")
     p.add_argument("--min-seconds", type=float, default=1.0,
@@ -140,6 +145,10 @@ def _measure_train(args) -> dict:
         num_epochs=args.num_epochs,
         num_minibatches=args.num_minibatches,
         hidden=tuple(args.hidden),
+        recurrent=args.recurrent,
+        seq_len=args.seq_len,
+        scheme=args.scheme,
+        share_params=args.scheme == "simultaneous",
     )
     tr = jaxpo.trainer(config)
     sup = jaxpo.make_support(args.preset, tr.num_agents, coupling=tr.env.coupling)
@@ -181,6 +190,9 @@ def _measure_train(args) -> dict:
         num_epochs=args.num_epochs,
         num_minibatches=args.num_minibatches,
         hidden=list(args.hidden),
+        recurrent=args.recurrent,
+        seq_len=config.sequence_length,
+        scheme=args.scheme,
         preset=args.preset,
         init_compile_s=round(init_compile_s, 3),
         compile_s=round(compile_s, 3),
@@ -211,8 +223,11 @@ def _measure_env(args) -> dict:
     def one_step(carry, key):
         state, ts, total = carry
         key_act, key_env = jax.random.split(key)
-        logits = jnp.where(ts.action_mask, 0.0, -jnp.inf)  # uniform over available actions
-        actions = jax.random.categorical(key_act, logits).astype(jnp.int32)  # [E, N]
+        if env.continuous:  # uniform in [0, 1] on every existing action dimension, [E, N, A]
+            actions = jnp.where(ts.action_mask, jax.random.uniform(key_act, ts.action_mask.shape), 0.0)
+        else:
+            logits = jnp.where(ts.action_mask, 0.0, -jnp.inf)  # uniform over available actions
+            actions = jax.random.categorical(key_act, logits).astype(jnp.int32)  # [E, N]
         state, ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state, actions)
         return (state, ts, total + ts.reward.sum()), None
 
@@ -286,7 +301,9 @@ def _child_argv(args, num_envs: int) -> list[str]:
             "--chunks", str(args.chunks), "--warmup", str(args.warmup),
             "--num-epochs", str(args.num_epochs), "--num-minibatches", str(args.num_minibatches),
             "--hidden", *map(str, args.hidden), "--preset", args.preset,
-            "--min-seconds", str(args.min_seconds)]
+            "--min-seconds", str(args.min_seconds), "--scheme", args.scheme]
+    if args.recurrent:
+        argv += ["--recurrent"] + ([] if args.seq_len is None else ["--seq-len", str(args.seq_len)])
     for key, value in args.env_arg:
         argv += ["--env-arg", f"{key}={value!r}"]
     return argv

@@ -62,7 +62,8 @@ def test_help_documents_the_options(capsys):
         cli.main(["train", "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--env", "--env-arg", "--preset", "--kappa", "--num-envs", "--steps", "--seeds", "--out"):
+    for option in ("--env", "--env-arg", "--preset", "--kappa", "--num-envs", "--steps", "--seeds", "--out",
+                   "--recurrent", "--seq-len", "--scheme", "--value-norm", "--critic-input"):
         assert option in text
 
 
@@ -87,12 +88,27 @@ def test_bad_arguments_exit_with_usage(argv, message, capsys):
         (["train", "--env", "no_such_env"], "no_such_env"),
         (["train", "--env-arg", "local_ratio=2.0"], "local_ratio"),
         (["train", "--preset", "khop", "--kappa", "-1"], "k"),
+        (["train", "--seq-len", "4"], "seq_len is for recurrent networks only"),
+        (["train", "--env", "HeuristicEnemySMAX", "--env-arg", "scenario=3x"], "unknown SMAX scenario '3x'"),
     ],
 )
 def test_invalid_values_are_reported_not_raised(argv, message, capsys):
     assert cli.main(argv + ["--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("jaxpo train: error:") and message in err
+
+
+def test_recurrent_smax_run_reports_win_rate(tmp_path, capsys):
+    argv = ["train", "--env", "HeuristicEnemySMAX", "--env-arg", "scenario=3m", "--preset", "mappo",
+            "--critic-input", "global", "--recurrent", "--seq-len", "8", "--num-envs", "8", "--num-steps", "32",
+            "--steps", "512", "--chunks", "2", "--out", str(tmp_path), "--name", "smax", "--no-progress"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "HeuristicEnemySMAX {'scenario': '3m'} — 3 agents, 8 actions" in out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert 0.0 <= summary["win_rate_after"] <= 1.0 and "win rate: before" in out
+    header = (tmp_path / "smax" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "win_rate" in header
 
 
 def test_envs_lists_names(capsys):
