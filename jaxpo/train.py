@@ -323,7 +323,7 @@ class Trainer:
         h0, first, tm = self._unroll_inputs(batch)
         dist = self.net.unroll_policy(params["actor"], h0["actor"], tm(batch.obs), tm(batch.action_mask), first)
         values = self.net.unroll_value(params["critic"], h0["critic"], tm(batch.critic_obs), first)
-        flat = self._flat
+        flat = self._flat  # [L, b, N] -> [L * b, N]
         return losses.ppo_loss(
             log_prob=flat(dist.log_prob(tm(batch.action))),
             old_log_prob=flat(tm(batch.log_prob)),
@@ -343,28 +343,24 @@ class Trainer:
         """The critic's share of the loss alone (the sequential scheme trains actors apart)."""
         h0, first, tm = self._unroll_inputs(batch)
         values = self.net.unroll_value(critic_params, h0["critic"], tm(batch.critic_obs), first)
-        flat = lambda x: self._flat(tm(x))
-        v_loss = losses.value_loss(self._flat(values), flat(batch.value), flat(targets), hyper.clip_eps,
+        flat_tm = lambda x: self._flat(tm(x))
+        v_loss = losses.value_loss(self._flat(values), flat_tm(batch.value), flat_tm(targets), hyper.clip_eps,
                                    self._huber_delta(hyper))
         return hyper.vf_coef * v_loss, {"value_loss": v_loss}
 
-    def _agent_major(self, sequences: Any, advantages: jax.Array) -> tuple[Any, jax.Array]:
-        """Sequences ``[S, L, N, ...]`` -> HAPPO's layout ``[S, N, L, ...]`` (feed-forward:
-        ``[S, N, ...]``, L = 1 dropped) for the fields it reads, and the advantages."""
-        if self.config.recurrent:
-            move = lambda x: jnp.swapaxes(x, 1, 2)
-        else:
-            move = lambda x: x[:, 0]
+    def _happo_inputs(self, sequences: Any, advantages: jax.Array) -> tuple[Any, jax.Array, tuple]:
+        """Sequences ``[S, L, N, ...]`` in HAPPO's agent-major layout ``[S, N, L, ...]``
+        (feed-forward: ``[S, N, ...]``, L = 1 dropped): ``(batch, advantages, extra_inputs)``,
+        the extra inputs of recurrent actors being ``h0 [S, N, H]`` and ``first [S, N, L]``."""
         batch = sequences.replace(carry=None, first=None, critic_obs=None, value=None)
-        return jax.tree.map(move, batch), move(advantages)
-
-    def _agent_major_extra(self, sequences: Any) -> tuple:
-        """Recurrent actors' extra HAPPO inputs: ``h0 [S, N, H]``, ``first [S, N, L]``."""
         if not self.config.recurrent:
-            return ()
-        first = jnp.broadcast_to(sequences.first[:, None, :], (sequences.first.shape[0], self.num_agents,
-                                                               sequences.first.shape[1]))
-        return sequences.carry["actor"][:, 0], first
+            drop_steps = lambda x: x[:, 0]
+            return jax.tree.map(drop_steps, batch), drop_steps(advantages), ()
+        agent_major = lambda x: jnp.swapaxes(x, 1, 2)
+        first = sequences.first[:, None, :]
+        first = jnp.broadcast_to(first, (first.shape[0], self.num_agents, first.shape[2]))
+        extra = (sequences.carry["actor"][:, 0], first)
+        return jax.tree.map(agent_major, batch), agent_major(advantages), extra
 
     def _huber_delta(self, hyper: Hyper) -> jax.Array | None:
         return hyper.huber_delta if self.config.value_loss == "huber" else None
@@ -441,10 +437,11 @@ class Trainer:
         else:  # exact HAPPO: actors one after another, then the critics
             key_order, key_actor, key_epochs = jax.random.split(key_epochs, 3)
             order = jax.random.permutation(key_order, self.num_agents)
+            batch, actor_advantages, extra = self._happo_inputs(data[0], data[1])
             actor, actor_opt, actor_metrics = happo.sequential_actor_update(
                 self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
-                *self._agent_major(data[0], data[1]), order, key_actor, hyper.clip_eps, hyper.ent_coef,
-                cfg.num_epochs, cfg.num_minibatches, extra_inputs=self._agent_major_extra(data[0]),
+                batch, actor_advantages, order, key_actor, hyper.clip_eps, hyper.ent_coef,
+                cfg.num_epochs, cfg.num_minibatches, extra_inputs=extra,
             )
             (critic, critic_opt, norm), critic_metrics = self._epochs(
                 self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,
