@@ -17,6 +17,7 @@ REGISTRY: dict[str, str] = {
     "public_goods": "jaxpo.envs.public_goods:PublicGoods",
     "traffic_grid": "jaxpo.envs.traffic:TrafficGrid",
     "wireless": "jaxpo.envs.wireless:WirelessAccess",
+    "memory_cue": "jaxpo.envs.memory:MemoryCue",
 }
 
 
