@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--ent-coef", type=float, default=0.01, help="entropy coefficient")
     tr.add_argument("--clip-eps", type=float, default=0.2, help="PPO clip ε on each term's importance weight")
     tr.add_argument("--per-agent-params", action="store_true", help="per-agent parameters instead of shared + agent id")
-    tr.add_argument("--critic-input", default="local", choices=("local", "global"), help="critic input")
+    tr.add_argument("--critic-input", default="local", choices=("local", "global", "agent"),
+                    help="critic input: own observation, global state, or global state + own observation")
     tr.add_argument(
         "--scheme", default="simultaneous", choices=("simultaneous", "sequential"),
         help="sequential = exact HAPPO (agents updated one after another; needs --per-agent-params)",

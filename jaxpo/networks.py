@@ -88,37 +88,44 @@ class MLP(nn.Module):
         return self.head(self.trunk(x))
 
 
-class GRUNet(MLP):
-    """``(h [..., H], x [..., D]) -> (h' [..., H], y [..., out])`` with H = ``hidden[0]``:
-    Dense(H) → GRU cell → Dense(``hidden[1:]``) → head (purejaxrl's and MAPPO's
-    recurrent layout: embed, recur, then feed-forward)."""
-
-    @property
-    def carry_dim(self) -> int:
-        return self.hidden[0]
-
-    @nn.compact
-    def __call__(self, h: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        act = ACTIVATIONS[self.activation]
-        x = act(nn.Dense(self.hidden[0], kernel_init=orthogonal(np.sqrt(2.0)))(x))
-        # Our orthogonal init for the recurrent kernel too: flax's default takes a QR (see `orthogonal`).
-        h, x = nn.GRUCell(self.hidden[0], kernel_init=orthogonal(), recurrent_kernel_init=orthogonal())(h, x)
-        for width in self.hidden[1:]:
-            x = act(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2.0)))(x))
-        return h, self.head(x)
-
-
 def reset_carry(h: jax.Array, first: jax.Array) -> jax.Array:
     """Hidden state ``h [*P, ..., H]`` zeroed where ``first bool [*P]`` is set (a new
     episode starts); e.g. ``h [E, N, H]`` with ``first [E]``."""
     return jnp.where(first.reshape(first.shape + (1,) * (h.ndim - first.ndim)), 0.0, h)
 
 
-def unroll(cell: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]], h0: jax.Array, xs: jax.Array,
-           first: jax.Array) -> jax.Array:
-    """``cell(h, x) -> (h', y)`` scanned over time-major ``xs [L, ...]``, the hidden state
-    reset (``reset_carry``) before every step whose ``first [L, ...]`` is set; ``ys [L, ...]``."""
-    return jax.lax.scan(lambda h, inp: cell(reset_carry(h, inp[1]), inp[0]), h0, (xs, first))[1]
+class GRUNet(MLP):
+    """A recurrent network over a time-major sequence, H = ``hidden[0]``:
+
+        ``(h0 [..., H], xs [L, ..., D], first bool [L, *P]) -> (h_L [..., H], ys [L, ..., out])``
+
+    Dense(H) → GRU cell → Dense(``hidden[1:]``) → head (purejaxrl's and MAPPO's
+    recurrent layout: embed, recur, then feed-forward). The hidden state is zeroed
+    before every step whose ``first`` is set (``first``'s shape is a prefix of the
+    batch shape ``[...]``). Only the cell runs inside the scan; the layers around it
+    see all L steps at once (a scan iteration's fixed cost dominates on CPU).
+    """
+
+    @property
+    def carry_dim(self) -> int:
+        return self.hidden[0]
+
+    @nn.compact
+    def __call__(self, h: jax.Array, xs: jax.Array, first: jax.Array) -> tuple[jax.Array, jax.Array]:
+        act = ACTIVATIONS[self.activation]
+        xs = act(nn.Dense(self.hidden[0], kernel_init=orthogonal(np.sqrt(2.0)))(xs))
+
+        def step(cell, h, inputs):
+            x, new_episode = inputs
+            return cell(reset_carry(h, new_episode), x)
+
+        scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False})
+        # Our orthogonal init for the recurrent kernel too: flax's default takes a QR (see `orthogonal`).
+        cell = nn.GRUCell(self.hidden[0], kernel_init=orthogonal(), recurrent_kernel_init=orthogonal())
+        h, ys = scan(cell, h, (xs, first))
+        for width in self.hidden[1:]:
+            ys = act(nn.Dense(width, kernel_init=orthogonal(np.sqrt(2.0)))(ys))
+        return h, self.head(ys)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +157,10 @@ class AgentNetwork:
     def init(self, key: jax.Array) -> Any:
         """Parameters: a flax pytree, with a leading ``[N]`` axis when not shared."""
         width = self.in_dim + (self.num_agents if self.shared else 0)
-        args = lambda: ((jnp.zeros((1, self.carry_dim)),) if self.recurrent else ()) + (jnp.zeros((1, width)),)
+        if self.recurrent:  # h0 [1, H], a sequence of one step, first [1, 1]
+            args = lambda: (jnp.zeros((1, self.carry_dim)), jnp.zeros((1, 1, width)), jnp.zeros((1, 1), bool))
+        else:
+            args = lambda: (jnp.zeros((1, width)),)
         if self.shared:
             return self.module.init(key, *args())
         return jax.vmap(lambda k: self.module.init(k, *args()))(jax.random.split(key, self.num_agents))
@@ -163,11 +173,18 @@ class AgentNetwork:
         ids = jnp.broadcast_to(jnp.eye(self.num_agents, dtype=x.dtype), (*x.shape[:-1], self.num_agents))
         return jnp.concatenate([x, ids], axis=-1)
 
-    def _apply(self, params: Any, *args: jax.Array) -> Any:
-        """The module on ``[..., N, ·]`` arguments, vmapped over agents when per-agent."""
+    def _apply(self, params: Any, *args: jax.Array, agent_axes: tuple | None = None) -> Any:
+        """The module on arguments with an agent axis (``agent_axes``, default -2 for
+        each; None for none), vmapped over agents when per-agent; outputs ``[..., N, ·]``."""
         if self.shared:
             return self.module.apply(params, *args)
-        return jax.vmap(self.module.apply, in_axes=(0,) + (-2,) * len(args), out_axes=-2)(params, *args)
+        in_axes = (0,) + (agent_axes or (-2,) * len(args))
+        return jax.vmap(self.module.apply, in_axes=in_axes, out_axes=-2)(params, *args)
+
+    def _recur(self, params: Any, h0: jax.Array, xs: jax.Array, first: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Recurrent: ``h0 [..., N, H]``, ``xs [L, ..., N, D]``, ``first [L, ...]`` ->
+        ``(h_L [..., N, H], ys [L, ..., N, out])``."""
+        return self._apply(params, h0, self._inputs(xs), first, agent_axes=(-2, -2, None))
 
     def __call__(self, params: Any, x: jax.Array) -> jax.Array:
         """Feed-forward only: ``x [..., N, D] -> [..., N, out]``."""
@@ -180,14 +197,15 @@ class AgentNetwork:
         ``(h' [..., N, H], y [..., N, out])``; h is zeroed first where ``first``."""
         if not self.recurrent:
             return h, self(params, x)
-        return self._apply(params, reset_carry(h, first), self._inputs(x))
+        h, ys = self._recur(params, h, x[None], first[None])
+        return h, ys[0]
 
     def unroll(self, params: Any, h0: jax.Array, xs: jax.Array, first: jax.Array) -> jax.Array:
         """A sequence, time-major: ``h0 [..., N, H]``, ``xs [L, ..., N, D]``,
-        ``first bool [L, ...]`` -> ``ys [L, ..., N, out]`` (``lax.scan`` when recurrent)."""
+        ``first bool [L, ...]`` -> ``ys [L, ..., N, out]`` (a scan when recurrent)."""
         if not self.recurrent:
             return self(params, xs)
-        return unroll(lambda h, x: self._apply(params, h, self._inputs(x)), h0, xs, first)
+        return self._recur(params, h0, xs, first)[1]
 
 
 class MaskedDiagGaussian:
@@ -338,7 +356,7 @@ class ActorCritic:
         if not self.recurrent:
             return self.distribution(apply(obs), action_mask)
         time_major = lambda x: jnp.swapaxes(x, 0, 1)
-        out = time_major(unroll(apply, h0, time_major(obs), time_major(first)))
+        out = time_major(apply(h0, time_major(obs), time_major(first))[1])
         return self.distribution(out, action_mask)
 
     def value(self, params: dict[str, Any], critic_obs: jax.Array) -> jax.Array:

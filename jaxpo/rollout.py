@@ -16,16 +16,15 @@ from flax import struct
 from jaxpo.envs import AutoReset, TimeStep
 from jaxpo.networks import ActorCritic
 
-CRITIC_INPUTS = ("local", "global")
+CRITIC_INPUTS = ("local", "global", "agent")
 
 
 def critic_input_dim(env: AutoReset, critic_input: str) -> int:
     """Per-agent width C of the critic's input for ``critic_input``."""
-    if critic_input == "local":
-        return env.obs_dim
-    if critic_input == "global":
-        return env.global_state_dim if env.global_state_dim is not None else env.num_agents * env.obs_dim
-    raise ValueError(f"critic_input must be one of {CRITIC_INPUTS}, got {critic_input!r}")
+    if critic_input not in CRITIC_INPUTS:
+        raise ValueError(f"critic_input must be one of {CRITIC_INPUTS}, got {critic_input!r}")
+    global_dim = env.global_state_dim if env.global_state_dim is not None else env.num_agents * env.obs_dim
+    return {"local": env.obs_dim, "global": global_dim, "agent": global_dim + env.obs_dim}[critic_input]
 
 
 def critic_features(obs: jax.Array, global_state: jax.Array | None, critic_input: str) -> jax.Array:
@@ -34,14 +33,18 @@ def critic_features(obs: jax.Array, global_state: jax.Array | None, critic_input
     ``"local"``: the agent's own observation. ``"global"``: the environment's global
     state when it has one, otherwise every agent's observation concatenated (the
     same vector for each agent; shared critics still see the agent id).
+    ``"agent"``: an agent-specific global state — the global state followed by the
+    agent's own observation (MAPPO's agent-specific state, in its generic form).
     """
     if critic_input == "local":
         return obs
-    if global_state is not None:
-        return global_state
-    n = obs.shape[-2]
-    joint = obs.reshape(*obs.shape[:-2], 1, n * obs.shape[-1])
-    return jnp.broadcast_to(joint, (*obs.shape[:-2], n, n * obs.shape[-1]))
+    if global_state is None:
+        n = obs.shape[-2]
+        joint = obs.reshape(*obs.shape[:-2], 1, n * obs.shape[-1])
+        global_state = jnp.broadcast_to(joint, (*obs.shape[:-2], n, n * obs.shape[-1]))
+    if critic_input == "agent":
+        return jnp.concatenate([global_state, obs], axis=-1)
+    return global_state
 
 
 @struct.dataclass

@@ -61,8 +61,9 @@ class Config:
             (each replayed from the hidden state stored at its start, MAPPO's
             ``data_chunk_length``); None: the whole rollout (T). Must divide T.
         share_params: one parameter set with agent-id input, or per-agent stacked sets.
-        critic_input: "local" (own observation) or "global" (world state, else all
-            observations concatenated).
+        critic_input: "local" (own observation), "global" (world state, else all
+            observations concatenated) or "agent" (that global state followed by the
+            agent's own observation: an agent-specific state).
         adv_norm: advantage normalisation scope: "none", "batch" or "agent".
         aggregate_in: where S_A is applied — "advantage" (after per-agent GAE) or
             "reward" (before GAE; critic i then learns the aggregated return).

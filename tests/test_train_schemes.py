@@ -120,3 +120,21 @@ def test_gaussian_policies_train_in_every_scheme(options):
     assert log_std.shape == ((1, 5) if config.share_params else (1, 3, 5))
     assert np.abs(log_std).max() > 1e-3  # initialised at 0
     assert res.state.rollout.timestep.action_mask.shape == (1, 4, 3, 5)
+
+
+def test_critic_inputs():
+    """local: own obs; global: world state, else all observations; agent: global + own obs."""
+    from jaxpo.rollout import critic_features, critic_input_dim
+
+    obs = jnp.arange(2 * 3 * 4, dtype=jnp.float32).reshape(2, 3, 4)  # [E, N, O]
+    joint = np.broadcast_to(np.asarray(obs).reshape(2, 1, 12), (2, 3, 12))
+    np.testing.assert_array_equal(critic_features(obs, None, "local"), obs)
+    np.testing.assert_array_equal(critic_features(obs, None, "global"), joint)
+    np.testing.assert_array_equal(critic_features(obs, None, "agent"), np.concatenate([joint, obs], -1))
+    world = jnp.ones((2, 3, 5))
+    np.testing.assert_array_equal(critic_features(obs, world, "global"), world)
+    np.testing.assert_array_equal(critic_features(obs, world, "agent"), np.concatenate([world, obs], -1))
+    env = trainer(SEQUENTIAL).env  # MPE: no world state, 3 agents × 18
+    assert [critic_input_dim(env, c) for c in ("local", "global", "agent")] == [18, 54, 72]
+    with pytest.raises(ValueError, match="critic_input must be one of"):
+        critic_input_dim(env, "oracle")
