@@ -422,7 +422,7 @@ class JaxMARLAdapter(Env):
             truncated=jnp.asarray(False),
             action_mask=self._action_mask(state),
             global_state=self._global_state(obs),
-            won=None if self._family != "smax" else jnp.asarray(False),
+            won=self._won(state),
         )
 
     @functools.partial(jax.jit, static_argnums=0)
