@@ -11,23 +11,17 @@ import pytest
 from jaxpo import cli
 from jaxpo.networks import MASKED_LOGIT
 from jaxpo.report import read_metrics_csv
-from jaxpo.rollout import reset, rollout
 from jaxpo.train import Config, trainer
+from runtools import completed_episodes
 
 LEARN_STEPS = 204_800  # 100 updates of the default experiment (its full run is 1,024,000)
 
 
 def random_policy_returns(config: Config, num_steps: int = 500) -> np.ndarray:
     """Episode returns (mean over agents) of the uniform random policy on ``config.env``."""
-    tr = trainer(config)
     uniform = lambda params, obs, mask: distrax.Categorical(logits=jnp.where(mask, 0.0, MASKED_LOGIT))
-    params = tr.net.init(jax.random.PRNGKey(0))
-    state = reset(tr.env, tr.net, jax.random.PRNGKey(1), config.num_envs)
-    _, traj = jax.jit(
-        lambda s, k: rollout(tr.env, tr.net, params, s, k, num_steps, config.critic_input, policy=uniform)
-    )(state, jax.random.PRNGKey(2))
-    done = np.asarray(traj.episode_length) > 0
-    return np.asarray(traj.episode_return)[done]
+    params = trainer(config).net.init(jax.random.PRNGKey(0))
+    return completed_episodes(config, params, num_steps, jax.random.PRNGKey(1), jax.random.PRNGKey(2), uniform)[0]
 
 
 def test_default_experiment_learns(tmp_path, capsys):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from jaxpo import support
-from jaxpo.rollout import reset, rollout
 from jaxpo.train import Config, runs, train, trainer
+from runtools import completed_episodes
 
 SMAX_3M = Config(
     env="HeuristicEnemySMAX", env_kwargs={"scenario": "3m"}, num_envs=64, num_steps=64,
@@ -26,18 +26,8 @@ MPE_CONTINUOUS = Config(
 def untrained_episodes(config: Config, hyper, seed: int, num_steps: int):
     """``(returns, wins)`` of the episodes the initial (untrained) policy of run ``seed``
     completes in ``num_steps`` steps of every env; ``wins`` is None without a win flag."""
-    tr = trainer(config)
-    state = tr.init(jax.random.PRNGKey(seed), hyper)
-
-    @jax.jit
-    def run(rollout_state, key):
-        return rollout(tr.env, tr.net, state.params, rollout_state, key, num_steps, config.critic_input)[1]
-
-    traj = jax.device_get(run(reset(tr.env, tr.net, jax.random.PRNGKey(seed + 100), config.num_envs),
-                              jax.random.PRNGKey(seed + 200)))
-    ended = traj.episode_length > 0
-    wins = None if traj.episode_won is None else traj.episode_won[ended]
-    return traj.episode_return[ended], wins
+    params = trainer(config).init(jax.random.PRNGKey(seed), hyper).params
+    return completed_episodes(config, params, num_steps, jax.random.PRNGKey(seed + 100), jax.random.PRNGKey(seed + 200))
 
 
 def test_smax_3m_win_rate_rises():

@@ -1,0 +1,26 @@
+"""Helpers shared by the learning tests: episodes of a fixed policy, the baselines
+that trained policies are compared with.
+
+Imported as a plain module (`from runtools import ...`), like envtools.
+"""
+
+import jax
+
+from jaxpo.rollout import reset, rollout
+from jaxpo.train import Config, trainer
+
+
+def completed_episodes(config: Config, params, num_steps: int, reset_key, rollout_key, policy=None):
+    """The episodes completed in ``num_steps`` steps of each of ``config.num_envs``
+    environments from reset, acting with ``params`` (or ``policy``, as in
+    ``jaxpo.rollout.rollout``): ``(returns [M] (mean over agents), wins bool [M] or
+    None for environments without a win flag)``, as numpy."""
+    tr = trainer(config)
+
+    @jax.jit
+    def run(rollout_state, key):
+        return rollout(tr.env, tr.net, params, rollout_state, key, num_steps, config.critic_input, policy=policy)[1]
+
+    traj = jax.device_get(run(reset(tr.env, tr.net, reset_key, config.num_envs), rollout_key))
+    ended = traj.episode_length > 0
+    return traj.episode_return[ended], None if traj.episode_won is None else traj.episode_won[ended]
