@@ -1,19 +1,24 @@
 """jaxpo: cooperative multi-agent policy optimisation defined by support matrices.
 
     >>> import jaxpo
-    >>> config = jaxpo.Config(env="MPE_simple_spread_v3", num_updates=50)
-    >>> support = jaxpo.support.mappo(3)
-    >>> hyper, seeds, labels = jaxpo.runs(support, seeds=[0, 1])
-    >>> result = jaxpo.train(config, hyper, seeds, labels=labels)
+    >>> config = jaxpo.Config(env="MPE_simple_spread_v3")
+    >>> hyper, seeds, labels = jaxpo.runs(jaxpo.support.mappo(3), seeds=[0, 1])
+    >>> result = jaxpo.train(config, hyper, seeds, num_updates=50, labels=labels)
+    >>> sweep = jaxpo.sweep("jaxpo/configs/sweep_public_goods.yaml", run={"seeds": 4})
 """
 
 __version__ = "0.1.0"
 
 from jaxpo import envs, losses, support
+from jaxpo.config import Config, Hyper
+from jaxpo.driver import Hook, TrainResult, train
+from jaxpo.experiment import Experiment, RunSettings, SupportSpec, SweepSpec, dump_yaml, load_yaml
+from jaxpo.learner import Trainer, TrainState, trainer
 from jaxpo.support import Support, make_support
-from jaxpo.train import Config, Hyper, Trainer, TrainResult, TrainState, runs, train, trainer
+from jaxpo.sweeps import SweepResult, runs, sweep
 
 __all__ = [
-    "Config", "Hyper", "Support", "Trainer", "TrainResult", "TrainState",
-    "envs", "losses", "make_support", "runs", "support", "train", "trainer",
+    "Config", "Experiment", "Hook", "Hyper", "RunSettings", "Support", "SupportSpec", "SweepResult", "SweepSpec",
+    "Trainer", "TrainResult", "TrainState", "dump_yaml", "envs", "load_yaml", "losses", "make_support", "runs",
+    "support", "sweep", "train", "trainer",
 ]

@@ -1,28 +1,34 @@
-"""Command line: ``jaxpo train`` (the default experiment) and ``jaxpo envs``."""
+"""Command line: ``jaxpo train``, ``jaxpo sweep`` and ``jaxpo envs``.
+
+Every flag is generated from the experiment's typed fields (``jaxpo.experiment``):
+``--num-envs`` from ``Config.num_envs``, ``--lr`` from ``Hyper.lr``, … with choices,
+types, defaults and help read from the declarations, so a new field is a new flag.
+Values combine in this order: defaults, then ``--config FILE.yaml``, then flags.
+"""
 
 from __future__ import annotations
 
 import argparse
 import ast
 import json
-import os
 import sys
-import time
+import typing
 
 import numpy as np
 
-from jaxpo.support import PRESETS, make_support
+from jaxpo.experiment import SECTIONS, Experiment, dump_yaml, load_yaml, section_fields, to_dict
+from jaxpo.fields import choices, coerce, describe, field_docs, optional_inner
+from jaxpo.report import final_mean
 
-DEFAULTS = dict(
-    env="MPE_simple_spread_v3",
-    preset="khop",
-    kappa=1,
-    num_envs=32,
-    num_steps=64,
-    steps=1_024_000,
-    seeds=1,
-    out="runs",
-)
+TITLES = {
+    "config": "program (static: each distinct value compiles its own program)",
+    "hyper": "hyperparameters (traced: one program serves every value)",
+    "support": "support matrices (traced)",
+    "run": "run settings (the program does not change)",
+    "sweep": "sweep",
+}
+# Fields without a flag of their own: env_kwargs is --env-arg; sweep axes are --sweep.
+SPECIAL = {("config", "env_kwargs"), ("sweep", "grid"), ("sweep", "random")}
 
 
 def parse_env_arg(text: str) -> tuple[str, object]:
@@ -37,14 +43,59 @@ def parse_env_arg(text: str) -> tuple[str, object]:
     return key, value
 
 
-def _positive_int(text: str) -> int:
+def _sweep_arg(text: str) -> tuple[str, str, object]:
+    from jaxpo.sweeps import parse_axis
+
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+        return parse_axis(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _typed_arg(hint, flag: str):
+    def convert(text: str):
+        try:
+            return coerce(text, hint, flag)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {describe(hint)}, got {text!r}") from None
+
+    convert.__name__ = flag  # argparse names the converter in some messages
+    return convert
+
+
+def _add_section(parser: argparse.ArgumentParser, section: str) -> None:
+    docs, defaults = field_docs(SECTIONS[section]), to_dict(Experiment())[section]
+    metavars = {int: "INT", float: "FLOAT", str: "TEXT"}
+    group = parser.add_argument_group(TITLES[section])
+    for name, hint in section_fields(section).items():
+        if (section, name) in SPECIAL:
+            continue
+        flag, dest = "--" + name.replace("_", "-"), f"{section}.{name}"
+        default = defaults[name]
+        doc = docs.get(name, "").replace("``", "").rstrip(".")
+        text = f"{doc} (default: {'none' if default is None else default})"
+        if hint is bool:
+            group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=text)
+        elif typing.get_origin(hint) is tuple:
+            item = typing.get_args(hint)[0]
+            group.add_argument(flag, dest=dest, nargs="+", type=_typed_arg(item, flag), default=argparse.SUPPRESS,
+                               metavar=item.__name__.upper(), help=text)
+        else:
+            allowed = choices(hint)
+            metavar = None if allowed else metavars[optional_inner(hint) or hint]
+            group.add_argument(flag, dest=dest, type=_typed_arg(hint, flag), choices=allowed,
+                               default=argparse.SUPPRESS, metavar=metavar, help=text)
+    if section == "config":
+        group.add_argument("--env-arg", dest="config.env_kwargs", action="append", type=parse_env_arg,
+                           default=argparse.SUPPRESS, metavar="KEY=VALUE",
+                           help="environment parameter, repeatable (e.g. --env-arg local_ratio=0.5)")
+    if section == "sweep":
+        group.add_argument("--sweep", dest="sweep.axes", action="append", type=_sweep_arg, default=argparse.SUPPRESS,
+                           metavar="NAME=VALUES",
+                           help="an axis, repeatable: NAME=V1,V2,... (grid) or NAME=loguniform(LOW,HIGH) | "
+                                "uniform(LOW,HIGH) | choice(V1,V2,...) (random, drawn --samples times). NAME: any "
+                                "hyperparameter, support field (preset, kappa, matrices) or program field")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,115 +104,121 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cooperative multi-agent policy optimisation defined by support matrices (S_A, S_R).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    tr = sub.add_parser(
-        "train",
-        help="train a preset (default: κ=1 advantage support on MPE simple_spread)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Train in one compiled program; writes <out>/<name>/metrics.csv and learning_curve.png.",
-    )
-    tr.add_argument("--env", default=DEFAULTS["env"], help="environment name (see `jaxpo envs`)")
-    tr.add_argument(
-        "--env-arg", action="append", type=parse_env_arg, default=[], metavar="KEY=VALUE",
-        help="environment parameter, repeatable (e.g. --env-arg local_ratio=0.5)",
-    )
-    tr.add_argument("--preset", default=DEFAULTS["preset"], choices=PRESETS, help="support preset")
-    tr.add_argument(
-        "--kappa", type=int, default=DEFAULTS["kappa"],
-        help="κ for the khop preset (ignored by other presets): hops of the env's coupling graph "
-        "aggregated in the advantage",
-    )
-    tr.add_argument("--num-envs", type=_positive_int, default=DEFAULTS["num_envs"], help="parallel environments per run")
-    tr.add_argument("--num-steps", type=_positive_int, default=DEFAULTS["num_steps"], help="rollout length T per update")
-    tr.add_argument(
-        "--steps", type=_positive_int, default=DEFAULTS["steps"],
-        help="environment steps per run (rounded up to whole chunks of updates)",
-    )
-    tr.add_argument("--seeds", type=_positive_int, default=DEFAULTS["seeds"], help="number of seeds, trained in parallel (vmap)")
-    tr.add_argument("--seed", type=int, default=0, help="first seed")
-    tr.add_argument("--chunks", type=_positive_int, default=20, help="progress/log points (chunks of updates)")
-    tr.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
-    tr.add_argument("--ent-coef", type=float, default=0.01, help="entropy coefficient")
-    tr.add_argument("--clip-eps", type=float, default=0.2, help="PPO clip ε on each term's importance weight")
-    tr.add_argument("--per-agent-params", action="store_true", help="per-agent parameters instead of shared + agent id")
-    tr.add_argument("--critic-input", default="local", choices=("local", "global", "agent"),
-                    help="critic input: own observation, global state, or global state + own observation")
-    tr.add_argument(
-        "--scheme", default="simultaneous", choices=("simultaneous", "sequential"),
-        help="sequential = exact HAPPO (agents updated one after another; needs --per-agent-params)",
-    )
-    tr.add_argument("--value-norm", action="store_true", help="MAPPO's running value normalisation")
-    tr.add_argument("--recurrent", action="store_true", help="GRU actor and critic (hidden states reset at episode starts)")
-    tr.add_argument(
-        "--seq-len", type=_positive_int, default=None,
-        help="with --recurrent: training sequence length (must divide --num-steps; default: the whole rollout)",
-    )
-    tr.add_argument("--value-loss", default="mse", choices=("mse", "huber"), help="critic loss (huber: δ = 10)")
-    tr.add_argument("--out", default=DEFAULTS["out"], help="output directory")
-    tr.add_argument("--name", default=None, help="run name (default: <env>-<preset>-<time>)")
-    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    commands = {
+        "train": ("train one setting × seeds (default: κ=1 advantage support on MPE simple_spread)",
+                  "Trains in one compiled program; writes <out>/<name>/metrics.csv, summary.csv, groups.csv, "
+                  "learning_curve.png and config.yaml."),
+        "sweep": ("train a sweep: grid and random axes × seeds, one compiled program per static config",
+                  "Writes <out>/<name>/metrics.csv (long format), summary.csv (per run), groups.csv (per setting: "
+                  "mean and IQM with 95%% bootstrap CIs), sweep.png and sweep.yaml."),
+    }
+    for command, (short, description) in commands.items():
+        cmd = sub.add_parser(command, help=short, description=description)
+        cmd.add_argument("--config", metavar="FILE.yaml", help="load an experiment file; flags override it")
+        cmd.add_argument("--print-config", action="store_true",
+                         help="print the resolved experiment as YAML (loadable with --config) and exit")
+        for section in SECTIONS:
+            if section != "sweep" or command == "sweep":
+                _add_section(cmd, section)
     sub.add_parser("envs", help="list environment names")
     return parser
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from jaxpo.train import Config, runs, train
+def experiment_from_args(args: argparse.Namespace) -> Experiment:
+    """Defaults, then ``--config``, then the flags given. Raises ValueError naming a bad value."""
+    experiment = load_yaml(args.config) if args.config else Experiment()
+    sections: dict[str, dict] = {}
+    for dest, value in vars(args).items():
+        if "." in dest:
+            section, name = dest.split(".", 1)
+            sections.setdefault(section, {})[name] = value
+    if "env_kwargs" in sections.get("config", {}):
+        sections["config"]["env_kwargs"] = {**experiment.config.env_args, **dict(sections["config"]["env_kwargs"])}
+    axes = sections.get("sweep", {}).pop("axes", [])
+    for kind, name, values in axes:
+        sections["sweep"][kind] = {**getattr(experiment.sweep, kind), **sections["sweep"].get(kind, {}), name: values}
+    return experiment.replace(**sections)
 
-    env_kwargs = dict(args.env_arg)
-    updates = -(-args.steps // (args.num_envs * args.num_steps))
-    chunks = min(args.chunks, updates)
-    updates = -(-updates // chunks) * chunks
+
+def _mean(values: np.ndarray) -> float | None:
+    """The mean of the finite ``values``, or None when there is none (JSON has no NaN)."""
+    finite = np.asarray(values, np.float64)[np.isfinite(values)]
+    return round(float(finite.mean()), 4) if finite.size else None
+
+
+def _error(command: str, err: Exception) -> int:
+    print(f"jaxpo {command}: error: {err}", file=sys.stderr)
+    return 2
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``jaxpo train`` and ``jaxpo sweep``: check everything, then train."""
+    from jaxpo.sweeps import plan
+
     try:
-        config = Config(
-            env=args.env, env_kwargs=env_kwargs, num_envs=args.num_envs, num_steps=args.num_steps,
-            num_updates=updates, updates_per_chunk=updates // chunks,
-            share_params=not args.per_agent_params, critic_input=args.critic_input,
-            scheme=args.scheme, value_norm=args.value_norm, value_loss=args.value_loss,
-            recurrent=args.recurrent, seq_len=args.seq_len,
-            num_minibatches=_minibatches(args.num_envs * args.num_steps),
-        )
-        env = config.make_env()
-        kappa = args.kappa if args.preset == "khop" else None
-        support = make_support(args.preset, env.num_agents, kappa=kappa, coupling=env.coupling)
-        hyper, seeds, labels = runs(
-            support, range(args.seed, args.seed + args.seeds),
-            lr=args.lr, ent_coef=args.ent_coef, clip_eps=args.clip_eps,
-        )
+        experiment = experiment_from_args(args)
+        if args.print_config:
+            print(dump_yaml(experiment), end="")
+            return 0
+        if args.command == "train" and experiment.sweep.axes:
+            raise ValueError("this experiment has a sweep section; run it with `jaxpo sweep`")
+        ready = plan(experiment)
     except ValueError as err:
-        print(f"jaxpo train: error: {err}", file=sys.stderr)
-        return 2
-    name = args.name or f"{args.env}-{support.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out_dir = os.path.join(args.out, name)
+        return _error(args.command, err)
+    if args.command == "train":
+        return _train(ready)
+    return _sweep(ready)
 
+
+def _train(ready) -> int:
+    from jaxpo.sweeps import execute
+
+    program = ready.programs[0]
+    setting, config = program.settings[0], program.config
+    env = config.make_env()
     actions = f"{env.num_actions}-dim continuous actions" if env.continuous else f"{env.num_actions} actions"
-    print(f"env: {args.env} {env_kwargs or ''} — {env.num_agents} agents, {actions}")
-    print(support.describe())
-    print(
-        f"runs: {len(seeds)} seed(s) × {config.num_updates} updates × {config.steps_per_update} env steps "
-        f"= {config.num_updates * config.steps_per_update:,} env steps per run"
-    )
-    result = train(config, hyper, seeds, labels=labels, out_dir=out_dir, progress=not args.no_progress)
-    before, after = result.initial_return(), result.final_return()
-    total_steps = config.num_updates * config.steps_per_update * len(seeds)
+    print(f"env: {' '.join(map(str, filter(None, (config.env, config.env_args))))} — {env.num_agents} agents, {actions}")
+    print(setting.support.describe())
+    print(f"runs: {len(program.runs)} seed(s) × {program.num_updates} updates × {config.steps_per_update} env steps "
+          f"= {program.num_updates * config.steps_per_update:,} env steps per run")
+    result = execute(ready)
+    metrics, seconds = program.metrics, result.seconds
     summary = {
-        "return_before": float(np.nanmean(before)),
-        "return_after": float(np.nanmean(after)),
-        "wall_seconds": round(result.seconds, 1),
-        "compile_seconds": round(result.compile_seconds, 1),
-        "env_steps_per_second": round(total_steps / max(result.seconds - result.compile_seconds, 1e-9)),
-        "out_dir": out_dir,
+        "return_before": _mean(metrics["return"][:, 0]),
+        "return_after": _mean(final_mean(metrics["return"])),
+        "wall_seconds": round(seconds, 1),
+        "compile_seconds": round(program.first_chunk_seconds, 1),
+        "env_steps_per_second": round(len(program.runs) * program.num_updates * config.steps_per_update
+                                      / max(seconds - program.first_chunk_seconds, 1e-9)),
+        "out_dir": ready.out_dir,
     }
-    print(f"return (mean episode return per agent): before {summary['return_before']:.3f} → after {summary['return_after']:.3f}")
-    if "win_rate" in result.metrics:
-        summary["win_rate_before"] = float(np.nanmean(result.metrics["win_rate"][:, 0]))
-        summary["win_rate_after"] = float(np.nanmean(result.final("win_rate")))
-        print(f"win rate: before {summary['win_rate_before']:.3f} → after {summary['win_rate_after']:.3f}")
+    before = "n/a (no episode ended in the first update)" if summary["return_before"] is None else summary["return_before"]
+    print(f"return (mean episode return per agent): before {before} → after {summary['return_after']}")
+    if "win_rate" in metrics:
+        summary["win_rate_before"] = _mean(metrics["win_rate"][:, 0])
+        summary["win_rate_after"] = _mean(final_mean(metrics["win_rate"]))
+        print(f"win rate: before {summary['win_rate_before']} → after {summary['win_rate_after']}")
     print(json.dumps(summary))
     return 0
 
 
-def _minibatches(batch: int, preferred: int = 4) -> int:
-    """The largest count ≤ ``preferred`` that divides the batch."""
-    return max(m for m in range(1, preferred + 1) if batch % m == 0)
+def _sweep(ready) -> int:
+    from jaxpo.sweeps import execute
+
+    result = execute(ready, log=print)
+    rows = [g for g in result.groups if g["metric"] == "final_return"]
+    width = max(len("setting"), *(len(g["setting"]) for g in rows))
+    print(f"{'setting':<{width}}  runs  final return: mean [95% CI]     IQM [95% CI]")
+    for g in rows:
+        print(f"{g['setting']:<{width}}  {g['runs']:>4}  {g['mean']:9.3f} [{g['mean_ci_low']:.3f}, {g['mean_ci_high']:.3f}]"
+              f"  {g['iqm']:9.3f} [{g['iqm_ci_low']:.3f}, {g['iqm_ci_high']:.3f}]")
+    print(json.dumps({
+        "runs": len(result.runs), "settings": len(rows), "programs": len(result.programs),
+        "chunk_compiles": [p.compiles for p in result.programs],
+        "runs_per_group": [p.group_size for p in result.programs],
+        "wall_seconds": round(result.seconds, 1), "out_dir": result.out_dir,
+    }))
+    return 0
 
 
 def cmd_envs(_: argparse.Namespace) -> int:
@@ -173,7 +230,7 @@ def cmd_envs(_: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return {"train": cmd_train, "envs": cmd_envs}[args.command](args)
+    return {"train": cmd_run, "sweep": cmd_run, "envs": cmd_envs}[args.command](args)
 
 
 if __name__ == "__main__":

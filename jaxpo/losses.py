@@ -18,12 +18,15 @@ gradients flow only through the current ``log_prob``, ``values`` and ``entropy``
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import chex
 import jax
 import jax.numpy as jnp
 import optax
 
-NORMALIZE_SCOPES = ("none", "batch", "agent")
+AdvNorm = Literal["none", "batch", "agent"]  # advantage-normalisation scopes
+NORMALIZE_SCOPES: tuple[str, ...] = get_args(AdvNorm)
 _EPS = 1e-8
 # Full-precision contraction: the default matmul precision on TPU/GPU may round to
 # bf16/tf32, which would perturb log-ratio sums that get exponentiated.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import distrax
 import flax.linen as nn
@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
+Activation = Literal[tuple(ACTIVATIONS)]  # the names above, as a type
 
 # Masked logits: large but finite, so that 0 * logit stays 0 in the entropy.
 MASKED_LOGIT = -1e9

@@ -1,21 +1,32 @@
-"""Results on disk: the metrics CSV and the learning-curve figure.
+"""Results on disk and in figures: the long-format metrics CSV (appended per chunk),
+per-run summaries, per-setting statistics (rliable) and learning curves.
 
-Both are written atomically (temporary file + ``os.replace``), so a crash mid-run
-leaves the previous complete file, never a torn one.
+Crash safety: a CSV is created with its header atomically (temporary file +
+``os.replace``) and then only *appended to*, one ``write`` of whole rows per chunk
+followed by ``fsync``; so a killed run leaves a valid CSV holding every finished
+chunk, and the cost per chunk does not grow with the run's length. Whole files
+(summaries, figures) are written atomically.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
+import math
 import os
 import tempfile
+import warnings
 from collections import defaultdict
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+# The share of a run's last updates that ``final_*`` statistics average over.
+FINAL_WINDOW = 0.1
 
-def _atomic_path(path: str):
+
+def _temp_beside(path: str) -> str:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
@@ -23,29 +34,11 @@ def _atomic_path(path: str):
     return tmp
 
 
-def write_metrics_csv(
-    path: str,
-    labels: Sequence[str],
-    seeds: np.ndarray,
-    env_steps: np.ndarray,
-    metrics: dict[str, np.ndarray],
-) -> None:
-    """Writes one row per (run, train step): ``run, seed, update, env_steps, <metrics>``.
-
-    ``metrics``: name -> [R, U]; ``env_steps``: [U]; ``labels``, ``seeds``: [R].
-    """
-    names = sorted(metrics)
-    tmp = _atomic_path(path)
+def write_atomic(path: str, write) -> None:
+    """Calls ``write(tmp_path)``, then moves the finished file to ``path`` (never torn)."""
+    tmp = _temp_beside(path)
     try:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["run", "seed", "update", "env_steps", *names])
-            for r, label in enumerate(labels):
-                for u in range(len(env_steps)):
-                    row = [repr(float(metrics[n][r, u])) for n in names]
-                    writer.writerow([label, int(seeds[r]), u + 1, int(env_steps[u]), *row])
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -53,55 +46,204 @@ def write_metrics_csv(
         raise
 
 
-def read_metrics_csv(path: str) -> dict[str, np.ndarray | list]:
-    """Reads a metrics CSV back: column name -> list (run) or float array."""
+def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows([_cell(v) for v in row] for row in rows)
+    return buffer.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (tuple, list)):
+        return " ".join(map(str, value))
+    return value
+
+
+def write_csv(path: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Writes a whole CSV atomically."""
+
+    def write(tmp: str):
+        with open(tmp, "w") as f:
+            f.write(_csv_text([header, *rows]))
+            f.flush()
+            os.fsync(f.fileno())
+
+    write_atomic(path, write)
+
+
+class AppendCSV:
+    """A CSV that grows by whole chunks: ``AppendCSV(path, header)`` creates it (replacing
+    any old file) and ``append(rows)`` adds rows with one ``write`` and an ``fsync``."""
+
+    def __init__(self, path: str, header: Sequence[str]):
+        self.path, self.header = path, list(header)
+        write_csv(path, self.header, [])
+
+    def append(self, rows: Iterable[Sequence[Any]]) -> None:
+        data = _csv_text(rows).encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_csv(path: str) -> dict[str, np.ndarray | list]:
+    """A CSV by column: numeric columns as float64 arrays, the others as lists of str."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     columns: dict[str, list] = defaultdict(list)
     for row in rows:
         for key, value in row.items():
             columns[key].append(value)
-    return {k: (v if k == "run" else np.asarray(v, dtype=np.float64)) for k, v in columns.items()}
+    out: dict[str, np.ndarray | list] = {}
+    for key, values in columns.items():
+        try:
+            out[key] = np.asarray(values, dtype=np.float64)
+        except ValueError:
+            out[key] = values
+    return out
 
 
-def _group(labels: Sequence[str]) -> dict[str, list[int]]:
-    """Runs named ``<group>/seed<k>`` grouped by ``<group>``."""
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, label in enumerate(labels):
-        groups[label.rsplit("/seed", 1)[0]].append(i)
-    return groups
+read_metrics_csv = read_csv
 
 
-def plot_learning_curves(result, path: str | None = None, metric: str = "return"):
-    """Mean ``metric`` over seeds (band: min–max) against environment steps.
+# ------------------------------------------------------------------ statistics
 
-    Train steps in which no episode ended (NaN return) are left out of the curve.
-    Returns the matplotlib figure; saves it atomically to ``path`` when given.
+
+def window_means(curves: np.ndarray, window: float = FINAL_WINDOW) -> np.ndarray:
+    """NaN-aware means over every run of ``k = round(window · U)`` consecutive updates
+    (at least 1): ``[R, U] -> [R, U - k + 1]``; NaN where a window holds no value."""
+    k = max(1, int(round(curves.shape[1] * window)))
+    finite = np.isfinite(curves)
+    zero = np.zeros((curves.shape[0], 1))
+    sums = np.concatenate([zero, np.cumsum(np.where(finite, curves, 0.0), axis=1)], axis=1)
+    counts = np.concatenate([zero, np.cumsum(finite, axis=1)], axis=1)
+    total, count = sums[:, k:] - sums[:, :-k], counts[:, k:] - counts[:, :-k]
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def final_mean(curves: np.ndarray, window: float = FINAL_WINDOW) -> np.ndarray:
+    """Mean over the last ``window`` share of updates (NaN-aware), per run: ``[R, U] -> [R]``."""
+    return window_means(curves, window)[:, -1]
+
+
+def run_summary(metrics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-run statistics ``{name: [R]}``: ``initial_return`` (first update; NaN when no
+    episode ended in it), ``final_return`` (mean of the last 10% of updates) and
+    ``best_return`` (the best mean of any 10% of consecutive updates, so best ≥ final);
+    likewise ``final_win_rate`` and ``best_win_rate`` when there is a win rate."""
+    out = {"initial_return": metrics["return"][:, 0]}
+    for name in ("return", "win_rate"):
+        if name in metrics:
+            windows = window_means(metrics[name])
+            seen = np.isfinite(windows).any(axis=1)
+            out[f"final_{name}"] = windows[:, -1]
+            out[f"best_{name}"] = np.where(seen, np.nanmax(np.where(np.isfinite(windows), windows, -np.inf), axis=1),
+                                           np.nan)
+    return out
+
+
+GROUP_STATS = ("mean", "mean_ci_low", "mean_ci_high", "iqm", "iqm_ci_low", "iqm_ci_high")
+
+
+def group_statistics(scores: dict[str, np.ndarray], reps: int = 2000, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Mean and interquartile mean of each setting's scores across its runs, each with a
+    95% stratified-bootstrap confidence interval (``rliable``, the field's standard).
+
+    Args:
+        scores: setting -> scores ``[n]`` (one per run; NaN scores are left out).
+        reps: bootstrap resamples.
+    Returns:
+        setting -> ``{"runs": n, "mean", "mean_ci_low", …, "iqm_ci_high"}`` (NaN when
+        a setting has no finite score).
     """
-    import matplotlib
+    from rliable import library as rly
+    from rliable import metrics as rmetrics
 
-    if path is not None:
-        matplotlib.use("Agg", force=False)
+    finite = {k: v[np.isfinite(v)].reshape(-1, 1) for k, v in scores.items()}
+    usable = {k: v for k, v in finite.items() if len(v)}
+    both = lambda x: np.array([rmetrics.aggregate_mean(x), rmetrics.aggregate_iqm(x)])
+    np.random.seed(seed)  # rliable's bootstrap draws from numpy's global generator
+    points, intervals = rly.get_interval_estimates(usable, both, reps=reps) if usable else ({}, {})
+    out = {}
+    for setting, values in finite.items():
+        stats = dict.fromkeys(GROUP_STATS, math.nan)
+        if setting in usable:
+            (mean, iqm), ((mean_lo, iqm_lo), (mean_hi, iqm_hi)) = points[setting], intervals[setting]
+            stats = dict(mean=mean, mean_ci_low=mean_lo, mean_ci_high=mean_hi, iqm=iqm, iqm_ci_low=iqm_lo,
+                         iqm_ci_high=iqm_hi)
+        out[setting] = {"runs": len(values), **{k: float(v) for k, v in stats.items()}}
+    return out
+
+
+def bootstrap_band(curves: np.ndarray, reps: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """95% percentile-bootstrap interval of the mean over runs at every point:
+    ``[n, P] -> (low [P], high [P])`` (NaN entries ignored)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, curves.shape[0], size=(reps, curves.shape[0]))
+    with _quiet_nan_warnings():
+        means = np.nanmean(curves[idx], axis=1)
+        return np.nanpercentile(means, 2.5, axis=0), np.nanpercentile(means, 97.5, axis=0)
+
+
+@contextlib.contextmanager
+def _quiet_nan_warnings():
+    """Silences numpy's "mean of empty slice" warnings: all-NaN points stay NaN on purpose."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+# ------------------------------------------------------------------ figures
+
+
+def plot_curves(curves: np.ndarray, env_steps: np.ndarray, settings: Sequence[str], *, title: str,
+                metric: str = "return", ax=None, max_legend: int = 12):
+    """Mean ``metric`` per setting against environment steps, with a 95% bootstrap band
+    over the setting's runs; drawn on ``ax`` (default: a new figure). Returns the axes.
+
+    Args:
+        curves: ``[R, P]`` values per run and point (NaN: no episode ended; left out).
+        env_steps: ``[P]``. settings: ``[R]`` the setting of each run.
+    """
     import matplotlib.pyplot as plt
 
-    values = result.metrics[metric]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, idx in _group(result.labels).items():
-        curve = values[idx]
-        seen = ~np.all(np.isnan(curve), axis=0)
-        curve, steps = curve[:, seen], result.env_steps[seen]
-        ax.plot(steps, np.nanmean(curve, axis=0), label=f"{name} (n={len(idx)})")
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, setting in enumerate(settings):
+        groups[setting].append(i)
+    if ax is None:
+        ax = plt.subplots(figsize=(7, 4.5))[1]
+    for name, idx in groups.items():
+        values = curves[idx]
+        seen = np.any(np.isfinite(values), axis=0)
+        values, steps = values[:, seen], env_steps[seen]
+        with _quiet_nan_warnings():
+            line, = ax.plot(steps, np.nanmean(values, axis=0), label=f"{name} (n={len(idx)})")
         if len(idx) > 1:
-            ax.fill_between(steps, np.nanmin(curve, 0), np.nanmax(curve, 0), alpha=0.2)
+            low, high = bootstrap_band(values)
+            ax.fill_between(steps, low, high, alpha=0.2, color=line.get_color())
     ax.set_xlabel("environment steps per run")
     ax.set_ylabel(f"episode {metric} (mean over agents)")
-    ax.set_title(result.config.env)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    if len(ax.lines) <= max_legend:
+        ax.legend(fontsize=8)
+    ax.figure.tight_layout()
+    return ax
+
+
+def save_figure(fig, path: str | None):
+    """Saves ``fig`` atomically as PNG to ``path`` (and closes it); returns ``fig``."""
     if path is not None:
-        tmp = _atomic_path(path)
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, path)
+        import matplotlib.pyplot as plt
+
+        write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
         plt.close(fig)
     return fig

@@ -7,7 +7,7 @@ giving ``[T, E, N, ...]``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +16,8 @@ from flax import struct
 from jaxpo.envs import AutoReset, TimeStep
 from jaxpo.networks import ActorCritic
 
-CRITIC_INPUTS = ("local", "global", "agent")
+CriticInput = Literal["local", "global", "agent"]
+CRITIC_INPUTS: tuple[str, ...] = get_args(CriticInput)
 
 
 def critic_input_dim(env: AutoReset, critic_input: str) -> int:

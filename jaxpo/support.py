@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -36,7 +36,8 @@ __all__ = [
     "stack_supports",
 ]
 
-PRESETS: tuple[str, ...] = ("ippo", "mappo", "happo", "joint", "khop")
+Preset = Literal["ippo", "mappo", "happo", "joint", "khop"]
+PRESETS: tuple[str, ...] = get_args(Preset)
 
 # describe() prints full matrices up to this many agents, per-row summaries above.
 _DESCRIBE_MAX_AGENTS = 16

@@ -7,7 +7,7 @@ Imported as a plain module (`from runtools import ...`), like envtools.
 import jax
 
 from jaxpo.rollout import reset, rollout
-from jaxpo.train import Config, trainer
+from jaxpo import Config, trainer
 
 
 def completed_episodes(config: Config, params, num_steps: int, reset_key, rollout_key, policy=None):

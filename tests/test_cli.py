@@ -11,7 +11,7 @@ import pytest
 from jaxpo import cli
 from jaxpo.networks import MASKED_LOGIT
 from jaxpo.report import read_metrics_csv
-from jaxpo.train import Config, trainer
+from jaxpo import Config, trainer
 from runtools import completed_episodes
 
 LEARN_STEPS = 204_800  # 100 updates of the default experiment (its full run is 1,024,000)
@@ -34,10 +34,10 @@ def test_default_experiment_learns(tmp_path, capsys):
 
     csv = read_metrics_csv(str(tmp_path / "default" / "metrics.csv"))
     returns = csv["return"]
-    assert len(returns) == LEARN_STEPS // (cli.DEFAULTS["num_envs"] * cli.DEFAULTS["num_steps"])
+    assert len(returns) == LEARN_STEPS // Config().steps_per_update
     assert (tmp_path / "default" / "learning_curve.png").stat().st_size > 10_000
 
-    config = Config(env=cli.DEFAULTS["env"], num_envs=cli.DEFAULTS["num_envs"], num_steps=cli.DEFAULTS["num_steps"])
+    config = Config()  # the default experiment's program
     random_returns = random_policy_returns(config)
     random_mean = random_returns.mean()
     episodes_in_window = csv["episodes"][-10:].sum()
@@ -65,7 +65,10 @@ def test_help_documents_the_options(capsys):
     "argv, message",
     [
         (["train", "--preset", "vdn"], "invalid choice: 'vdn'"),
-        (["train", "--num-envs", "0"], "expected a positive integer"),
+        (["train", "--num-envs", "two"], "expected an integer, got 'two'"),
+        (["train", "--hidden", "64", "x"], "expected an integer, got 'x'"),
+        (["train", "--sweep", "lr=1e-3"], "unrecognized arguments: --sweep"),
+        (["sweep", "--sweep", "lr"], "--sweep must look like NAME=V1,V2,..."),
         (["train", "--env-arg", "local_ratio"], "KEY=VALUE"),
     ],
 )
@@ -80,6 +83,7 @@ def test_bad_arguments_exit_with_usage(argv, message, capsys):
     "argv, message",
     [
         (["train", "--env", "no_such_env"], "no_such_env"),
+        (["train", "--num-envs", "0"], "num_envs must be a positive integer, got 0"),
         (["train", "--env-arg", "local_ratio=2.0"], "local_ratio"),
         (["train", "--preset", "khop", "--kappa", "-1"], "k"),
         (["train", "--seq-len", "4"], "seq_len is for recurrent networks only"),
@@ -95,7 +99,7 @@ def test_invalid_values_are_reported_not_raised(argv, message, capsys):
 def test_recurrent_smax_run_reports_win_rate(tmp_path, capsys):
     argv = ["train", "--env", "HeuristicEnemySMAX", "--env-arg", "scenario=3m", "--preset", "mappo",
             "--critic-input", "global", "--recurrent", "--seq-len", "8", "--num-envs", "8", "--num-steps", "32",
-            "--steps", "512", "--chunks", "2", "--out", str(tmp_path), "--name", "smax", "--no-progress"]
+            "--steps", "512", "--out", str(tmp_path), "--name", "smax", "--no-progress"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "HeuristicEnemySMAX {'scenario': '3m'} — 3 agents, 8 actions" in out

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from jaxpo import support
-from jaxpo.train import Config, runs, train, trainer
+from jaxpo import Config, runs, train, trainer
 from runtools import completed_episodes
 
 SMAX_3M = Config(
     env="HeuristicEnemySMAX", env_kwargs={"scenario": "3m"}, num_envs=64, num_steps=64,
-    num_updates=40, updates_per_chunk=10, hidden=(64, 64),
+    updates_per_chunk=10, hidden=(64, 64),
 )
 MPE_CONTINUOUS = Config(
     env="MPE_simple_spread_v3", env_kwargs={"action_type": "Continuous"}, num_envs=32, num_steps=64,
-    num_updates=100, updates_per_chunk=10, hidden=(64, 64),
+    updates_per_chunk=10, hidden=(64, 64),
 )
 
 
@@ -32,7 +32,7 @@ def untrained_episodes(config: Config, hyper, seed: int, num_steps: int):
 
 def test_smax_3m_win_rate_rises():
     hyper, seeds, _ = runs(support.ippo(3), seeds=[0], lr=1e-3)
-    result = train(SMAX_3M, hyper, seeds, progress=False)
+    result = train(SMAX_3M, hyper, seeds, num_updates=40, progress=False)
     _, wins = untrained_episodes(SMAX_3M, jax.tree.map(lambda x: x[0], hyper), 0, 200)
     untrained = wins.mean()
     final = result.final("win_rate", last=0.1)[0]
@@ -45,7 +45,7 @@ def test_smax_3m_win_rate_rises():
 
 def test_mpe_continuous_return_improves():
     hyper, seeds, _ = runs(support.khop(np.ones((3, 3)), 1), seeds=[0, 1], lr=1e-3, ent_coef=0.0)
-    result = train(MPE_CONTINUOUS, hyper, seeds, progress=False)
+    result = train(MPE_CONTINUOUS, hyper, seeds, num_updates=100, progress=False)
     assert trainer(MPE_CONTINUOUS).env.continuous
     final = result.final_return(last=0.1)
     returns, _ = untrained_episodes(MPE_CONTINUOUS, jax.tree.map(lambda x: x[0], hyper), 0, 40 * 26)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxpo import envs, support
-from jaxpo.train import Config, runs, train
+from jaxpo import Config, runs, train
 
 N, K, DELAY = 2, 4, 3
 
@@ -47,7 +47,7 @@ def test_bad_parameters():
 
 MEMORY = Config(
     env="memory_cue", env_kwargs=dict(num_agents=N, num_cues=K, delay=DELAY), num_envs=32, num_steps=16,
-    num_updates=60, updates_per_chunk=10, hidden=(32, 32),
+    updates_per_chunk=10, hidden=(32, 32),
 )
 
 
@@ -58,8 +58,8 @@ def test_recurrent_policy_recalls_the_cue_and_feed_forward_cannot():
     GRU ≈ 1.0 for both seeds (seed 0 dips to 0.72-0.8 around update 40, then
     recovers by 47); MLP 0.258 / 0.255 at 40 updates."""
     hyper, seeds, _ = runs(support.ippo(N), seeds=[0, 1], lr=3e-3)
-    gru = train(dataclasses.replace(MEMORY, recurrent=True, seq_len=8), hyper, seeds, progress=False)
-    mlp = train(MEMORY, hyper, seeds, progress=False)
+    gru = train(dataclasses.replace(MEMORY, recurrent=True, seq_len=8), hyper, seeds, num_updates=60, progress=False)
+    mlp = train(MEMORY, hyper, seeds, num_updates=60, progress=False)
     print(f"memory_cue final return: GRU {gru.final_return()}, MLP {mlp.final_return()}")
     assert np.all(gru.initial_return() < 0.4)
     assert np.all(gru.final_return() > 0.9)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxpo
-from jaxpo.train import Config, runs, train
+from jaxpo import Config, runs, train
 
 RANDOM_RETURN = 11.5  # per-agent episode return of uniform random actions (tests/test_public_goods.py)
 
@@ -16,12 +16,12 @@ RANDOM_RETURN = 11.5  # per-agent episode return of uniform random actions (test
 def result():
     config = Config(
         env="public_goods", env_kwargs=dict(num_agents=8, radius=1), num_envs=16, num_steps=50,
-        num_updates=60, updates_per_chunk=10, hidden=(32, 32),
+        updates_per_chunk=10, hidden=(32, 32),
     )
     env = config.make_env()
     supports = [jaxpo.make_support("khop", env.num_agents, kappa=k, coupling=env.coupling) for k in (0, 1)]
     hyper, seeds, labels = runs(supports, seeds=[0, 1])
-    return train(config, hyper, seeds, labels=labels, progress=False)
+    return train(config, hyper, seeds, num_updates=60, labels=labels, progress=False)
 
 
 def test_random_policy_reference(result):
@@ -45,7 +45,7 @@ def own_return_of_agent0(result, run, learned: bool, episodes: int = 4) -> float
     import jax.numpy as jnp
 
     from jaxpo.rollout import reset, rollout
-    from jaxpo.train import trainer
+    from jaxpo import trainer
 
     tr = trainer(result.config)
     params = jax.tree.map(lambda x: x[run], result.state.params)

@@ -18,7 +18,7 @@ def test_quickstart_is_two_commands():
 def test_python_example_runs(tmp_path, monkeypatch):
     code = re.search(r"## Python API\s+```python\n(.*?)```", README, re.S).group(1)
     assert "num_updates=100" in code and 'out_dir="runs/compare"' in code
-    small = code.replace("num_updates=100", "num_updates=4, updates_per_chunk=2")  # same program, fewer chunks
+    small = code.replace("num_updates=100", "num_updates=10")  # the same program, one chunk
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(small, "README.md", "exec"), namespace)

@@ -9,7 +9,7 @@ import pytest
 from jaxpo import support
 from jaxpo.networks import ActorCritic
 from jaxpo.rollout import rollout, to_sequences
-from jaxpo.train import Config, Hyper, train, trainer
+from jaxpo import Config, Hyper, train, trainer
 
 N, O, A, C = 3, 5, 4, 7
 L, B, K = 9, 4, 4  # sequence length, batch, boundary position
@@ -72,7 +72,7 @@ def test_feed_forward_networks_have_zero_width_carries():
 
 RECURRENT = Config(
     env="public_goods", env_kwargs=dict(num_agents=4, max_steps=5), num_envs=3, num_steps=12,
-    num_updates=2, updates_per_chunk=1, num_epochs=2, num_minibatches=3, hidden=(16, 16),
+    updates_per_chunk=1, num_epochs=2, num_minibatches=3, hidden=(16, 16),
     recurrent=True, seq_len=4, critic_input="global",
 )
 
@@ -121,8 +121,8 @@ def test_truncation_bootstrap_continues_the_episode(replay):
 
 def test_recurrent_training_runs_and_is_deterministic():
     hyper = Hyper.create(support.khop(np.eye(4), 0), lr=1e-3)
-    first = train(RECURRENT, hyper, [0, 1], progress=False)
-    again = train(RECURRENT, hyper, [0, 1], progress=False)
+    first = train(RECURRENT, hyper, [0, 1], num_updates=2, progress=False)
+    again = train(RECURRENT, hyper, [0, 1], num_updates=2, progress=False)
     for name, values in first.metrics.items():
         assert np.all(np.isfinite(values[:, 1:])) or name in ("return", "episode_length"), name
         np.testing.assert_array_equal(values, again.metrics[name], err_msg=name)

@@ -10,14 +10,14 @@ import pytest
 
 import jaxpo
 from jaxpo import support
+from jaxpo import Config, Hyper, runs, train, trainer
 from jaxpo.report import read_metrics_csv
-from jaxpo.train import Config, Hyper, runs, train, trainer
 
+UPDATES = 4
 TINY = Config(
     env="MPE_simple_spread_v3",
     num_envs=4,
     num_steps=16,
-    num_updates=4,
     updates_per_chunk=2,
     num_epochs=2,
     num_minibatches=2,
@@ -37,11 +37,11 @@ def batch():
 def result(batch, tmp_path_factory):
     hyper, seeds, labels = batch
     out = tmp_path_factory.mktemp("run")
-    return train(TINY, hyper, seeds, labels=labels, out_dir=str(out), progress=False)
+    return train(TINY, hyper, seeds, num_updates=UPDATES, labels=labels, out_dir=str(out), progress=False)
 
 
 def test_metrics_shapes_and_values(result):
-    r, u = 4, TINY.num_updates
+    r, u = 4, UPDATES
     for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "reward", "episodes"):
         assert result.metrics[name].shape == (r, u), name
         assert np.all(np.isfinite(result.metrics[name])), name
@@ -59,7 +59,7 @@ def test_metrics_shapes_and_values(result):
 
 def test_same_seed_bitwise_identical_and_seeds_differ(batch, result):
     hyper, seeds, labels = batch
-    again = train(TINY, hyper, seeds, labels=labels, progress=False)
+    again = train(TINY, hyper, seeds, num_updates=UPDATES, labels=labels, progress=False)
     for name, values in result.metrics.items():
         np.testing.assert_array_equal(values, again.metrics[name], err_msg=name)
     # runs 0 and 1 share the support but not the seed (nor the learning rate).
@@ -71,7 +71,7 @@ def test_vmapped_runs_are_independent_of_their_batch_companions(batch, result):
     the batch permutes the results (same compiled program, other companions)."""
     hyper, seeds, labels = batch
     perm = np.array([2, 3, 0, 1])
-    permuted = train(TINY, jax.tree.map(lambda x: x[perm], hyper), seeds[perm], progress=False)
+    permuted = train(TINY, jax.tree.map(lambda x: x[perm], hyper), seeds[perm], num_updates=UPDATES, progress=False)
     for name in ("return", "policy_loss", "value_loss", "entropy"):
         np.testing.assert_allclose(permuted.metrics[name], result.metrics[name][perm], rtol=1e-5, atol=1e-6)
 
@@ -86,16 +86,19 @@ def test_traced_lr_and_support_change_the_result(result):
 
 def test_one_hyper_broadcasts_over_seeds():
     hyper = Hyper.create(support.mappo(3))
-    res = train(TINY, hyper, [0, 1, 2, 3], progress=False)
-    assert res.metrics["return"].shape == (4, TINY.num_updates)
+    res = train(TINY, hyper, [0, 1, 2, 3], num_updates=UPDATES, progress=False)
+    assert res.metrics["return"].shape == (4, UPDATES)
     assert res.labels == ["run0", "run1", "run2", "run3"]
 
 
 def test_results_on_disk(result):
     csv = read_metrics_csv(f"{result.out_dir}/metrics.csv")
-    assert len(csv["run"]) == 4 * TINY.num_updates
-    assert csv["run"][: TINY.num_updates] == ["ippo/seed0"] * TINY.num_updates
-    np.testing.assert_array_equal(csv["policy_loss"][: TINY.num_updates], result.metrics["policy_loss"][0])
+    assert len(csv["label"]) == 4 * UPDATES
+    # appended chunk by chunk: rows are (chunk, run, update) ordered; select run 0 by label
+    first = np.array(csv["label"]) == "ippo/seed0"
+    np.testing.assert_array_equal(csv["update"][first], np.arange(1, UPDATES + 1))
+    np.testing.assert_array_equal(csv["run_id"][first], 0)
+    np.testing.assert_array_equal(csv["policy_loss"][first], result.metrics["policy_loss"][0])
     with open(f"{result.out_dir}/learning_curve.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -109,9 +112,17 @@ def test_chunk_has_no_host_callbacks(batch):
     assert "callback" not in jaxpr
 
 
-def test_configs_differing_only_in_length_share_the_compiled_trainer():
-    assert trainer(TINY) is trainer(dataclasses.replace(TINY, num_updates=40))
+def test_equal_configs_share_the_compiled_trainer():
+    """Run length is not part of the program; equal configs (array env arguments
+    compared by value) share one Trainer and its compiled code."""
+    assert trainer(TINY) is trainer(dataclasses.replace(TINY))
     assert trainer(TINY) is not trainer(dataclasses.replace(TINY, num_envs=8))
+    ring = np.roll(np.eye(4), 1, axis=1) + np.roll(np.eye(4), -1, axis=1)
+    a = Config(env="public_goods", env_kwargs={"graph": ring, "num_agents": 4}, num_envs=2, num_steps=8)
+    b = Config(env="public_goods", env_kwargs={"graph": ring.tolist(), "num_agents": 4}, num_envs=2, num_steps=8)
+    assert a == b and hash(a) == hash(b) and trainer(a) is trainer(b)
+    assert a != dataclasses.replace(a, env_kwargs={"graph": np.eye(4), "num_agents": 4})
+    assert trainer(a).num_agents == 4
 
 
 @pytest.mark.parametrize(
@@ -120,7 +131,6 @@ def test_configs_differing_only_in_length_share_the_compiled_trainer():
         (dict(num_envs=0), "num_envs must be a positive integer"),
         (dict(num_steps=2.5), "num_steps must be a positive integer"),
         (dict(num_minibatches=3), "num_minibatches .* must divide"),
-        (dict(num_updates=5), "updates_per_chunk .* must divide num_updates"),
         (dict(critic_input="oracle"), "critic_input must be one of"),
         (dict(adv_norm="global"), "adv_norm must be one of"),
         (dict(aggregate_in="ratio"), "aggregate_in must be one of"),
@@ -150,15 +160,17 @@ def test_hyper_validation(kwargs, match):
 def test_support_of_wrong_size_is_rejected():
     hyper = Hyper.create(support.ippo(2))
     with pytest.raises(ValueError, match="has 3 agents"):
-        train(TINY, hyper, [0], progress=False)
+        train(TINY, hyper, [0], num_updates=UPDATES, progress=False)
 
 
 def test_bad_run_arguments():
     hyper, seeds, labels = runs(support.ippo(3), seeds=[0, 1])
     with pytest.raises(ValueError, match="batched over 3 runs"):
-        train(TINY, hyper, [0, 1, 2], progress=False)
+        train(TINY, hyper, [0, 1, 2], num_updates=UPDATES, progress=False)
     with pytest.raises(ValueError, match="one entry per run"):
-        train(TINY, hyper, seeds, labels=["a"], progress=False)
+        train(TINY, hyper, seeds, num_updates=UPDATES, labels=["a"], progress=False)
+    with pytest.raises(ValueError, match=r"num_updates must be a positive multiple of Config.updates_per_chunk \(2\)"):
+        train(TINY, hyper, seeds, num_updates=5, progress=False)
     with pytest.raises(ValueError, match="same number of agents"):
         Hyper.stack([Hyper.create(support.ippo(2)), Hyper.create(support.ippo(3))])
 
@@ -169,4 +181,6 @@ def test_unknown_env_is_a_clear_error():
 
 
 def test_public_api():
-    assert jaxpo.train is train and jaxpo.Config is Config
+    from jaxpo import config, driver, sweeps
+
+    assert jaxpo.train is driver.train and jaxpo.Config is config.Config and jaxpo.sweep is sweeps.sweep

@@ -10,10 +10,11 @@ import pytest
 
 from jaxpo import support, valuenorm
 from jaxpo.gae import gae
-from jaxpo.train import Config, Hyper, runs, train, trainer
+from jaxpo import Config, Hyper, runs, train, trainer
 
+UPDATES = 4
 SEQUENTIAL = Config(
-    env="MPE_simple_spread_v3", num_envs=4, num_steps=16, num_updates=4, updates_per_chunk=2,
+    env="MPE_simple_spread_v3", num_envs=4, num_steps=16, updates_per_chunk=2,
     num_epochs=2, num_minibatches=2, hidden=(16,), share_params=False, scheme="sequential",
 )
 MAPPO = dataclasses.replace(
@@ -27,7 +28,7 @@ def test_sequential_scheme_trains_and_ignores_S_R():
     has no effect: two supports differing only in S_R train bit-identically."""
     a = Hyper.create(support.ippo(3))
     b = Hyper.create(support.happo(3, order=[2, 0, 1]))
-    res = train(SEQUENTIAL, Hyper.stack([a, b]), [0, 0], progress=False)
+    res = train(SEQUENTIAL, Hyper.stack([a, b]), [0, 0], num_updates=UPDATES, progress=False)
     for name, values in res.metrics.items():
         if name not in ("return", "episode_length"):  # NaN in updates where no episode ended
             assert np.all(np.isfinite(values)), name
@@ -56,13 +57,13 @@ def test_sequential_needs_per_agent_parameters():
 @pytest.fixture(scope="module")
 def mappo_result():
     hyper, seeds, labels = runs(support.mappo(3), seeds=[0, 1])
-    return train(MAPPO, hyper, seeds, labels=labels, progress=False)
+    return train(MAPPO, hyper, seeds, num_updates=UPDATES, labels=labels, progress=False)
 
 
 def test_value_norm_tracks_the_returns(mappo_result):
     state = mappo_result.state.value_norm
     # debiasing term 1 − β^k after k = epochs × minibatches × updates normaliser updates
-    k = MAPPO.num_epochs * MAPPO.num_minibatches * MAPPO.num_updates
+    k = MAPPO.num_epochs * MAPPO.num_minibatches * UPDATES
     np.testing.assert_allclose(state.debiasing_term, 1 - 0.99999**k, rtol=1e-3)
     mean, var = jax.vmap(valuenorm.running_mean_var)(state)
     assert mean.shape == (2, 3) and np.all(np.asarray(mean) < 0)  # MPE returns are negative
@@ -112,7 +113,7 @@ def test_gaussian_policies_train_in_every_scheme(options):
     tr = trainer(config)
     assert tr.env.continuous and tr.net.continuous
     hyper = Hyper.create(support.mappo(3), lr=1e-2)
-    res = train(config, hyper, [0], progress=False)
+    res = train(config, hyper, [0], num_updates=UPDATES, progress=False)
     for name, values in res.metrics.items():
         if name not in ("return", "episode_length"):
             assert np.all(np.isfinite(values)), name

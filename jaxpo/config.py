@@ -1,0 +1,272 @@
+"""What a training program is: ``Config`` (static, fixes the compiled program) and
+``Hyper`` (traced, vmapped over runs).
+
+* ``Config`` — environment, sizes, network, update schedule, options. Hashable; one
+  compiled program per distinct value. How long a run trains is *not* here
+  (``jaxpo.experiment.RunSettings``), so runs of any length share a program.
+* ``Hyper`` — learning rate, clip ε, γ, λ, coefficients and the support matrices
+  S_A, S_R: arrays inside the program, so one program is vmapped over a batch of
+  them (seeds × hyperparameters × supports). Its scalar fields, with their defaults
+  and allowed ranges, are also the ``hyper`` section of config files and CLI flags.
+
+Each option's allowed values are declared once, as a ``Literal`` type (here or in the
+module that consumes the option); validation, config files and the CLI read them
+from the type (``jaxpo.fields``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Literal, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxpo import envs
+from jaxpo.fields import choices, freeze, thaw, type_hints
+from jaxpo.losses import AdvNorm
+from jaxpo.networks import Activation
+from jaxpo.rollout import CriticInput
+from jaxpo.support import Support
+
+AggregateIn = Literal["advantage", "reward"]
+Scheme = Literal["simultaneous", "sequential"]
+ValueLoss = Literal["mse", "huber"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Static configuration: fixes shapes, loop lengths and code paths (one compile each).
+
+    Attributes:
+        env: environment name (``jaxpo envs`` lists them).
+        env_kwargs: the environment's parameters (a mapping; array values are hashed by value).
+        num_envs: E, environments stepped in parallel per run.
+        num_steps: T, rollout length per update.
+        updates_per_chunk: K, train steps per compiled chunk (``lax.scan``); the driver
+            logs, reports and checkpoints between chunks.
+        num_epochs: PPO epochs over each rollout's T×E batch.
+        num_minibatches: minibatches per epoch; they shuffle transitions (sequences, when
+            recurrent) and keep all N agents together. Must divide the batch.
+        hidden: layer widths of actor and critic.
+        activation: nonlinearity of actor and critic.
+        share_params: one parameter set with an agent-id input (true), or per-agent
+            parameter sets stacked on an agent axis (false).
+        critic_input: "local" (own observation), "global" (world state, else all
+            observations concatenated) or "agent" (that global state followed by the
+            agent's own observation).
+        adv_norm: advantage normalisation scope.
+        aggregate_in: where S_A is applied: to advantages after per-agent GAE, or to
+            rewards before GAE (critic i then learns the aggregated return).
+        scheme: "simultaneous" (every term of the support-matrix objective in one
+            gradient step) or "sequential" (exact HAPPO: agents updated one after another
+            in a fresh random order; needs share_params false; ignores S_R).
+        value_norm: MAPPO's running value normaliser (one per agent critic; GAE runs on
+            denormalised values).
+        value_loss: "mse" (clipped squared error) or "huber" (clipped Huber with
+            δ = huber_delta, MAPPO's critic loss).
+        recurrent: GRU actor and critic, hidden states reset exactly where episodes start.
+        seq_len: recurrent only: training sequence length L (must divide num_steps;
+            none = the whole rollout).
+    """
+
+    env: str = "MPE_simple_spread_v3"
+    env_kwargs: Mapping[str, Any] = ()
+    num_envs: int = 32
+    num_steps: int = 64
+    updates_per_chunk: int = 10
+    num_epochs: int = 4
+    num_minibatches: int = 4
+    hidden: tuple[int, ...] = (64, 64)
+    activation: Activation = "tanh"
+    share_params: bool = True
+    critic_input: CriticInput = "local"
+    adv_norm: AdvNorm = "batch"
+    aggregate_in: AggregateIn = "advantage"
+    scheme: Scheme = "simultaneous"
+    value_norm: bool = False
+    value_loss: ValueLoss = "mse"
+    recurrent: bool = False
+    seq_len: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.env, str) or not self.env:
+            raise ValueError(f"Config.env must be a non-empty environment name, got {self.env!r}")
+        try:  # a mapping, or the (name, value) pairs a Config stores
+            kwargs = dict(self.env_kwargs)
+        except (TypeError, ValueError):
+            kwargs = None
+        if kwargs is None or not all(isinstance(k, str) for k in kwargs):
+            raise ValueError(f"Config.env_kwargs must be a mapping of parameter names to values, got {self.env_kwargs!r}")
+        object.__setattr__(self, "env_kwargs", freeze(kwargs))
+        if isinstance(self.hidden, (int, np.integer)) and not isinstance(self.hidden, bool):
+            object.__setattr__(self, "hidden", (int(self.hidden),))
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        hints = type_hints(Config)
+        for field, hint in hints.items():
+            value = getattr(self, field)
+            if hint is int and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"Config.{field} must be a positive integer, got {value!r}")
+            if hint is bool and not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"Config.{field} must be true or false, got {value!r}")
+            allowed = choices(hint)
+            if allowed is not None and value not in allowed:
+                raise ValueError(f"Config.{field} must be one of {allowed}, got {value!r}")
+        if not self.hidden or any(not isinstance(h, (int, np.integer)) or isinstance(h, bool) or h < 1 for h in self.hidden):
+            raise ValueError(f"Config.hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
+        if self.seq_len is not None:
+            if not self.recurrent:
+                raise ValueError("Config.seq_len is for recurrent networks only (recurrent=True); "
+                                 "feed-forward training shuffles single transitions")
+            if not isinstance(self.seq_len, (int, np.integer)) or isinstance(self.seq_len, bool) or self.seq_len < 1:
+                raise ValueError(f"Config.seq_len must be a positive integer or None, got {self.seq_len!r}")
+            if self.num_steps % self.seq_len:
+                raise ValueError(f"Config.seq_len ({self.seq_len}) must divide num_steps ({self.num_steps})")
+        if self.num_sequences % self.num_minibatches:
+            unit = "sequences" if self.recurrent else "transitions"
+            raise ValueError(
+                f"Config.num_minibatches ({self.num_minibatches}) must divide the number of {unit} per update, "
+                f"num_envs * num_steps / sequence length ({self.num_envs} * {self.num_steps} / "
+                f"{self.sequence_length} = {self.num_sequences})"
+            )
+        if self.scheme == "sequential" and self.share_params:
+            raise ValueError("Config.scheme='sequential' (exact HAPPO) needs share_params=False: "
+                             "agents are updated one after another, each with its own parameters")
+
+    @property
+    def env_args(self) -> dict[str, Any]:
+        """The environment's keyword arguments as given (arrays as numpy arrays)."""
+        return {k: thaw(v) for k, v in self.env_kwargs}
+
+    @property
+    def sequence_length(self) -> int:
+        """L, steps per training sequence: ``seq_len`` or T when recurrent, 1 otherwise."""
+        if not self.recurrent:
+            return 1
+        return self.num_steps if self.seq_len is None else self.seq_len
+
+    @property
+    def num_sequences(self) -> int:
+        """Training sequences per update: E × T / L."""
+        return self.num_envs * self.num_steps // self.sequence_length
+
+    @property
+    def steps_per_update(self) -> int:
+        """Environment steps (of all E environments) per train step: T × E."""
+        return self.num_steps * self.num_envs
+
+    def make_env(self) -> envs.Env:
+        return _make_env(self.env, self.env_kwargs)
+
+
+@functools.lru_cache(maxsize=32)
+def _make_env(name: str, frozen_kwargs: tuple) -> envs.Env:
+    # Cached: building a JaxMARL env (SMAX maps) is not free, and validation builds it too.
+    return envs.make(name, **{k: thaw(v) for k, v in frozen_kwargs})
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The allowed range of a scalar hyperparameter: ``low`` < (or ≤) x ≤ ``high``."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+
+    def __str__(self) -> str:
+        if self.high is not None:
+            return f"in [{self.low:g}, {self.high:g}]"
+        return f"{'>' if self.low_open else '>='} {self.low:g}"
+
+    def check(self, name: str, value: Any) -> float:
+        """``value`` as a float, or a ``ValueError`` naming ``name`` and the range."""
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        below = value <= self.low if self.low_open else value < self.low
+        if below or (self.high is not None and value > self.high):
+            raise ValueError(f"{name} must be {self}, got {value:g}")
+        return float(value)
+
+
+POSITIVE, NON_NEGATIVE, UNIT = Bounds(0.0, low_open=True), Bounds(0.0), Bounds(0.0, 1.0)
+
+
+def _scalar(default: float, bounds: Bounds):
+    return struct.field(default=default, metadata={"bounds": bounds})
+
+
+@struct.dataclass
+class Hyper:
+    """Traced hyperparameters — arrays inside the program, so a batch of them is vmapped.
+
+    Scalars are float32 ``[]`` (``[R]`` when batched over R runs); ``S_A``, ``S_R``
+    are float32 ``[N, N]`` (``[R, N, N]``). Build one with ``Hyper.create(support,
+    **scalars)``; a ``Hyper()`` of Python floats without matrices holds the defaults
+    (the ``hyper`` section of an experiment).
+
+    Attributes:
+        lr: Adam learning rate.
+        clip_eps: PPO clip ε on each term's importance weight (also the value clip).
+        gamma: discount γ.
+        gae_lambda: GAE λ.
+        vf_coef: value-loss coefficient.
+        ent_coef: entropy-bonus coefficient.
+        max_grad_norm: global gradient-norm clip.
+        huber_delta: δ of the Huber value loss (value_loss huber only).
+        S_A: advantage support ``[N, N]``, from the support.
+        S_R: ratio support ``[N, N]``, from the support.
+    """
+
+    lr: Any = _scalar(3e-3, POSITIVE)
+    clip_eps: Any = _scalar(0.2, POSITIVE)
+    gamma: Any = _scalar(0.99, UNIT)
+    gae_lambda: Any = _scalar(0.95, UNIT)
+    vf_coef: Any = _scalar(0.5, NON_NEGATIVE)
+    ent_coef: Any = _scalar(0.01, NON_NEGATIVE)
+    max_grad_norm: Any = _scalar(0.5, POSITIVE)
+    huber_delta: Any = _scalar(10.0, POSITIVE)
+    S_A: Any = None
+    S_R: Any = None
+
+    @staticmethod
+    def scalar_bounds() -> dict[str, Bounds]:
+        """``{name: Bounds}`` of the scalar (sweepable) hyperparameters, in field order."""
+        return {f.name: f.metadata["bounds"] for f in dataclasses.fields(Hyper) if "bounds" in f.metadata}
+
+    def scalars(self) -> dict[str, Any]:
+        """``{name: value}`` of the scalar fields."""
+        return {name: getattr(self, name) for name in self.scalar_bounds()}
+
+    @classmethod
+    def create(cls, support: Support, **scalars: float) -> "Hyper":
+        """One run's hyperparameters as float32 (numpy) arrays; ``support`` gives S_A and S_R,
+        omitted scalars take their defaults. Raises ValueError naming a bad value."""
+        bounds = cls.scalar_bounds()
+        unknown = sorted(set(scalars) - set(bounds))
+        if unknown:
+            raise ValueError(f"unknown hyperparameter {unknown[0]!r}; known: {', '.join(bounds)}")
+        values = {**cls().scalars(), **scalars}
+        values = {name: bounds[name].check(name, value) for name, value in values.items()}
+        if not isinstance(support, Support):
+            raise ValueError(f"support must be a jaxpo.support.Support, got {type(support).__name__}")
+        support.validate()
+        # numpy, not device arrays: a sweep builds thousands of these; stacking moves them once
+        return cls(
+            **{k: np.asarray(v, np.float32) for k, v in values.items()},
+            S_A=np.asarray(support.S_A, np.float32),
+            S_R=np.asarray(support.S_R, np.float32),
+        )
+
+    @staticmethod
+    def stack(hypers: Sequence["Hyper"]) -> "Hyper":
+        """Stacks R single-run ``Hyper`` values into one batched ``Hyper`` ``[R, ...]``."""
+        if not hypers:
+            raise ValueError("hypers must be a non-empty sequence of Hyper")
+        shapes = {np.shape(h.S_A) for h in hypers}
+        if len(shapes) != 1:
+            raise ValueError(f"all hypers must have the same number of agents, got S_A shapes {sorted(shapes)}")
+        return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *hypers)

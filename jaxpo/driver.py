@@ -1,0 +1,305 @@
+"""The driver: the host loop over compiled chunks, and the hooks it calls.
+
+``run_batch`` trains one batch of runs that share a static ``Config`` in one compiled
+program: ``init_runs`` once, then ``chunk_runs`` chunk after chunk. Between chunks
+the metrics come to the host once (``[R, K]`` arrays, no per-update callback) and
+every hook sees them. Hooks are where loggers, checkpoints and evaluation plug in:
+
+    class Hook:
+        start(batch)        before a batch's first chunk
+        chunk(event)        after each chunk (``ChunkEvent``: metrics, state, timing)
+        end(batch, state)   after a batch's last chunk
+
+``train`` is the Python API for one batch (seeds × any traced values); sweeps
+(``jaxpo.sweep``) call ``run_batch`` once per group of runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxpo.config import Config, Hyper
+from jaxpo.learner import TrainState, Trainer, trainer
+from jaxpo.report import AppendCSV, plot_curves, save_figure
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One row of the run table: ``run_id`` (unique in its output), ``label``
+    (``<setting>/seed<k>``), ``setting`` (what its seeds share), ``seed`` and the
+    swept ``values`` that define the setting."""
+
+    run_id: int
+    label: str
+    setting: str
+    seed: int
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Runs trained together by one program call (R of them; padding not included)."""
+
+    config: Config
+    runs: Sequence[Run]
+    num_updates: int
+
+    @property
+    def num_chunks(self) -> int:
+        return self.num_updates // self.config.updates_per_chunk
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkEvent:
+    """What hooks see after a chunk: ``metrics`` name -> float64 ``[R, K]`` for the
+    batch's runs, ``updates`` / ``env_steps`` ``[K]`` (per run, counted from 1),
+    the batched ``state`` (padding rows included) and wall ``seconds`` so far."""
+
+    batch: Batch
+    index: int
+    updates: np.ndarray
+    env_steps: np.ndarray
+    metrics: dict[str, np.ndarray]
+    state: TrainState
+    seconds: float
+
+
+class Hook:
+    """Base class of driver hooks; override what you need."""
+
+    def start(self, batch: Batch) -> None:
+        pass
+
+    def chunk(self, event: ChunkEvent) -> None:
+        pass
+
+    def end(self, batch: Batch, state: TrainState) -> None:
+        pass
+
+
+RUN_COLUMNS = ("run_id", "label", "setting", "seed")
+
+
+class MetricsCSV(Hook):
+    """``metrics.csv`` in long format, one row per (run, update): run_id, label, setting,
+    seed, every swept value, update, env_steps, every metric. Rows are appended per chunk."""
+
+    def __init__(self, path: str, value_names: Sequence[str], metric_names: Sequence[str]):
+        self.value_names, self.metric_names = list(value_names), list(metric_names)
+        self.file = AppendCSV(path, [*RUN_COLUMNS, *self.value_names, "update", "env_steps", *self.metric_names])
+
+    def chunk(self, event: ChunkEvent) -> None:
+        nan = np.full(len(event.updates), np.nan)
+        columns = [event.metrics.get(name) for name in self.metric_names]
+        rows = []
+        for r, run in enumerate(event.batch.runs):
+            head = [run.run_id, run.label, run.setting, run.seed, *(run.values.get(n, "") for n in self.value_names)]
+            values = [nan if c is None else c[r] for c in columns]
+            for k in range(len(event.updates)):
+                rows.append([*head, int(event.updates[k]), int(event.env_steps[k]), *(v[k] for v in values)])
+        self.file.append(rows)
+
+
+class ProgressBar(Hook):
+    """A tqdm bar over ``total`` chunks (all batches), showing the latest mean return."""
+
+    def __init__(self, total: int, desc: str = "train"):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="chunk")
+
+    def chunk(self, event: ChunkEvent) -> None:
+        self.bar.update(1)
+        returns = event.metrics["return"][:, -1]
+        if np.isfinite(returns).any():
+            self.bar.set_postfix(ret=f"{np.nanmean(returns):.3f}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def pad_runs(tree: Any, size: int) -> Any:
+    """Leaves ``[R, ...] -> [size, ...]`` by repeating the last run (R ≤ size): a batch of
+    fewer runs reuses the program compiled for ``size``; padded rows are dropped after."""
+    def pad(x):
+        extra = size - x.shape[0]
+        return x if extra == 0 else jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)])
+
+    return jax.tree.map(pad, tree)
+
+
+def run_batch(tr: Trainer, hyper: Hyper, seeds: np.ndarray, batch: Batch, hooks: Sequence[Hook] = (),
+              pad_to: int | None = None) -> tuple[TrainState, dict[str, np.ndarray], float]:
+    """Trains ``batch`` (R runs: ``hyper`` ``[R, ...]``, ``seeds`` ``[R]``) for
+    ``batch.num_updates`` updates, calling ``hooks`` after every chunk.
+
+    ``pad_to``: run the program compiled for that many runs (≥ R). Returns the final
+    batched state (padding included), metrics name -> float64 ``[R, U]`` and the
+    seconds of the first chunk (compile included).
+    """
+    num_runs, cfg = len(seeds), tr.config
+    size = pad_to or num_runs
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(np.asarray(seeds), jnp.uint32))
+    hyper, keys = pad_runs(hyper, size), pad_runs(keys, size)
+    for hook in hooks:
+        hook.start(batch)
+    start = time.perf_counter()
+    state = tr.init_runs(keys, hyper)
+    chunks, first_chunk_seconds = [], math.nan
+    for i in range(batch.num_chunks):
+        state, metrics = tr.chunk_runs(state, hyper)
+        metrics = {k: np.asarray(v[:num_runs], np.float64) for k, v in jax.device_get(metrics).items()}
+        seconds = time.perf_counter() - start
+        if i == 0:
+            first_chunk_seconds = seconds
+        chunks.append(metrics)
+        updates = np.arange(i * cfg.updates_per_chunk, (i + 1) * cfg.updates_per_chunk) + 1
+        event = ChunkEvent(batch, i, updates, updates * cfg.steps_per_update, metrics, state, seconds)
+        for hook in hooks:
+            hook.chunk(event)
+    for hook in hooks:
+        hook.end(batch, state)
+    collected = {k: np.concatenate([c[k] for c in chunks], axis=1) for k in chunks[0]}
+    return state, collected, first_chunk_seconds
+
+
+def ensure_writable(directory: str) -> str:
+    """Creates ``directory`` and proves it writable, or raises a ValueError naming it."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write-test-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(f"output directory {directory!r} cannot be written: {err.strerror or err}") from None
+    return directory
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What ``train`` returns.
+
+    Attributes:
+        config: the static config. labels: one name per run (R).
+        seeds: int [R]. hyper: the batched ``Hyper`` ``[R, ...]``.
+        metrics: name -> float64 [R, U] per train step.
+        env_steps: int [U] — environment steps per run after each train step.
+        state: final batched ``TrainState``.
+        out_dir: where the CSV and PNG were written (None if not written).
+        seconds: wall time of the run; compile_seconds: of the first chunk (incl. compile).
+    """
+
+    config: Config
+    labels: list[str]
+    seeds: np.ndarray
+    hyper: Hyper
+    metrics: dict[str, np.ndarray]
+    env_steps: np.ndarray
+    state: TrainState
+    out_dir: str | None
+    seconds: float
+    compile_seconds: float
+
+    def final(self, metric: str = "return", last: float = 0.1) -> np.ndarray:
+        """Mean of ``metric`` over the last ``last`` fraction of train steps, per run ``[R]``."""
+        from jaxpo.report import final_mean
+
+        return final_mean(self.metrics[metric], last)
+
+    def final_return(self, last: float = 0.1) -> np.ndarray:
+        """Mean return over the last ``last`` fraction of train steps, per run ``[R]``."""
+        return self.final("return", last)
+
+    def initial_return(self) -> np.ndarray:
+        """Return of the untrained policy (first train step's rollout), per run ``[R]``."""
+        return self.metrics["return"][:, 0]
+
+    def plot(self, path: str | None = None, metric: str = "return"):
+        """Learning curves, mean and 95% bootstrap band over each setting's seeds."""
+        settings = [label.rsplit("/seed", 1)[0] for label in self.labels]
+        ax = plot_curves(self.metrics[metric], self.env_steps, settings, title=self.config.env, metric=metric)
+        return save_figure(ax.figure, path)
+
+
+def check_batch(config: Config, hyper: Hyper, seeds: Any, num_updates: Any, labels: Sequence[str] | None) -> tuple:
+    """Validates ``train``'s arguments before anything compiles; returns
+    ``(trainer, hyper [R, ...], seeds [R], labels)``."""
+    seeds = np.asarray(seeds, dtype=np.int64).reshape(-1)
+    if seeds.size == 0:
+        raise ValueError("seeds must hold at least one integer seed")
+    num_runs = seeds.size
+    if isinstance(num_updates, bool) or not isinstance(num_updates, (int, np.integer)) or num_updates < 1 \
+            or num_updates % config.updates_per_chunk:
+        raise ValueError(f"num_updates must be a positive multiple of Config.updates_per_chunk "
+                         f"({config.updates_per_chunk}), got {num_updates!r}")
+    if np.ndim(hyper.S_A) == 2:  # one Hyper for every seed
+        hyper = Hyper.stack([hyper] * num_runs)
+    if np.ndim(hyper.S_A) != 3 or hyper.S_A.shape[0] != num_runs:
+        raise ValueError(f"hyper must be batched over {num_runs} runs (one per seed), got S_A {np.shape(hyper.S_A)}")
+    labels = list(labels) if labels is not None else [f"run{i}" for i in range(num_runs)]
+    if len(labels) != num_runs:
+        raise ValueError(f"labels must have one entry per run ({num_runs}), got {len(labels)}")
+    tr = trainer(config)
+    if hyper.S_A.shape[1:] != (tr.num_agents, tr.num_agents):
+        raise ValueError(
+            f"support matrices are {hyper.S_A.shape[1]}x{hyper.S_A.shape[2]} but the environment "
+            f"{config.env!r} has {tr.num_agents} agents"
+        )
+    return tr, hyper, seeds, labels
+
+
+def train(
+    config: Config,
+    hyper: Hyper,
+    seeds: Sequence[int] | np.ndarray,
+    *,
+    num_updates: int,
+    labels: Sequence[str] | None = None,
+    out_dir: str | None = None,
+    progress: bool = True,
+    hooks: Sequence[Hook] = (),
+) -> TrainResult:
+    """Trains R runs for ``num_updates`` updates each in one compiled program.
+
+    Args:
+        config: static configuration.
+        hyper: batched ``Hyper`` with leading axis R (see ``jaxpo.runs`` / ``Hyper.stack``),
+            or a single ``Hyper`` used for every seed.
+        seeds: R integer seeds (one per run).
+        num_updates: train steps per run, a multiple of ``config.updates_per_chunk``.
+        labels: R run names for the CSV and plot (default ``run{i}``).
+        out_dir: if given, ``metrics.csv`` (appended per chunk) and ``learning_curve.png``
+            are written there.
+        progress: show a progress bar over chunks.
+        hooks: more ``Hook``s called after every chunk.
+    """
+    tr, hyper, seeds, labels = check_batch(config, hyper, seeds, num_updates, labels)
+    runs = [Run(i, label, label.rsplit("/seed", 1)[0], int(seed)) for i, (label, seed) in enumerate(zip(labels, seeds))]
+    batch = Batch(config, runs, int(num_updates))
+    hooks = list(hooks)
+    if out_dir is not None:
+        hooks.append(MetricsCSV(os.path.join(ensure_writable(out_dir), "metrics.csv"), (), tr.metric_names))
+    bar = ProgressBar(batch.num_chunks) if progress else None
+    start = time.perf_counter()
+    try:
+        state, metrics, compile_seconds = run_batch(tr, hyper, seeds, batch, hooks + ([bar] if bar else []))
+    finally:
+        if bar is not None:
+            bar.close()
+    result = TrainResult(
+        config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=metrics,
+        env_steps=config.steps_per_update * np.arange(1, num_updates + 1), state=state, out_dir=out_dir,
+        seconds=time.perf_counter() - start, compile_seconds=compile_seconds,
+    )
+    if out_dir is not None:
+        result.plot(os.path.join(out_dir, "learning_curve.png"))
+    return result

@@ -1,0 +1,282 @@
+"""An experiment as one typed, file-backed object: what ``jaxpo train`` and
+``jaxpo sweep`` run, what ``--config FILE.yaml`` loads and ``--print-config`` prints.
+
+    config:  Config        static: fixes the compiled program
+    hyper:   Hyper         traced scalars (lr, clip_eps, …); S_A and S_R come from support
+    support: SupportSpec   preset, κ, or matrices from a file
+    run:     RunSettings   length, seeds, output — nothing here changes the program
+    sweep:   SweepSpec     grid and random axes over any of the above but run
+
+A config file holds any subset of these sections; unknown keys and values of the
+wrong type are errors that name the key. ``dump_yaml`` writes a file that
+``load_yaml`` reads back to an equal ``Experiment``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Literal, Mapping
+
+import numpy as np
+import yaml
+
+from jaxpo.config import Config, Hyper
+from jaxpo.fields import coerce, plain, type_hints
+from jaxpo.support import PRESETS, Support, custom, make_support
+
+SupportName = Literal[(*PRESETS, "custom")]
+MATRIX_SUFFIXES = (".npz", ".json", ".yaml", ".yml")
+
+
+@dataclasses.dataclass(frozen=True)
+class SupportSpec:
+    """Which support matrices (S_A, S_R) runs train with.
+
+    Attributes:
+        preset: a preset, or "custom" for the matrices in the file ``matrices``.
+        kappa: hops of the environment's coupling graph for preset khop (ignored otherwise).
+        matrices: preset custom only: a file holding S_A and S_R as [N, N] arrays
+            (.npz, or lists in .yaml / .json).
+    """
+
+    preset: SupportName = "khop"
+    kappa: int = 1
+    matrices: str | None = None
+
+    def build(self, env: Any) -> Support:
+        """The validated ``Support`` for ``env`` (its agent count and coupling graph)."""
+        if self.preset == "custom":
+            if not self.matrices:
+                raise ValueError("support.matrices must name a file holding S_A and S_R when support.preset is 'custom'")
+            return load_matrices(self.matrices).validate(env.num_agents)
+        if self.matrices:
+            raise ValueError(f"support.matrices is only read with support.preset 'custom', got preset {self.preset!r}")
+        kappa = self.kappa if self.preset == "khop" else None
+        return make_support(self.preset, env.num_agents, kappa=kappa, coupling=env.coupling)
+
+
+def load_matrices(path: str) -> Support:
+    """A custom ``Support`` from ``path``: ``.npz`` with arrays ``S_A`` and ``S_R``, or a
+    ``.yaml`` / ``.json`` mapping with those keys (nested lists). Never unpickles."""
+    if not os.path.isfile(path):
+        raise ValueError(f"support.matrices: no such file {path!r}")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in MATRIX_SUFFIXES:
+        raise ValueError(f"support.matrices must be one of {', '.join(MATRIX_SUFFIXES)} files, got {path!r}")
+    try:
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                data = {k: data[k] for k in data.files}
+        else:
+            with open(path) as f:
+                data = json.load(f) if suffix == ".json" else yaml.safe_load(f)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise ValueError(f"support.matrices: cannot read {path!r}: {err}") from None
+    if not isinstance(data, Mapping) or not {"S_A", "S_R"} <= set(data):
+        raise ValueError(f"support.matrices: {path!r} must hold S_A and S_R")
+    name = os.path.splitext(os.path.basename(path))[0]
+    return custom(data["S_A"], data["S_R"], name=f"custom({name})")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """How long runs train, which seeds, and where results go (the program is unchanged).
+
+    Attributes:
+        steps: environment steps per run, rounded up to whole chunks of updates.
+        seeds: seeds per setting, trained in parallel.
+        seed: the first seed (seeds are seed, seed + 1, …).
+        out: output directory; results go to out/name.
+        name: run name (none: <env>-<support>-<time>, or <env>-sweep-<time> for sweeps).
+        progress: show a progress bar.
+        runs_per_group: runs per compiled batch (none: as many as fit in half the free
+            memory, from an estimate of one run).
+        bootstrap_reps: bootstrap resamples for the confidence intervals in groups.csv.
+    """
+
+    steps: int = 1_024_000
+    seeds: int = 1
+    seed: int = 0
+    out: str = "runs"
+    name: str | None = None
+    progress: bool = True
+    runs_per_group: int | None = None
+    bootstrap_reps: int = 2000
+
+    def __post_init__(self):
+        for field in ("steps", "seeds", "bootstrap_reps"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"run.{field} must be a positive integer, got {getattr(self, field)!r}")
+        if self.runs_per_group is not None and self.runs_per_group < 1:
+            raise ValueError(f"run.runs_per_group must be a positive integer or none, got {self.runs_per_group!r}")
+        if self.seed < 0:
+            raise ValueError(f"run.seed must be >= 0, got {self.seed}")
+        if self.name is not None and (not self.name or os.sep in self.name or self.name in (".", "..")):
+            raise ValueError(f"run.name must be a plain directory name, got {self.name!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """Axes of a sweep. Every run of one static config is one compiled program.
+
+    Attributes:
+        grid: name -> list of values; the settings are their cartesian product.
+        random: name -> {loguniform: [low, high]} | {uniform: [low, high]} | {choice: [values]}.
+        samples: random settings drawn (each crossed with the grid).
+        sample_seed: seed of the random draws.
+    """
+
+    grid: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    random: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    samples: int = 0
+    sample_seed: int = 0
+
+    def __post_init__(self):
+        for field in ("grid", "random"):
+            if not isinstance(getattr(self, field), Mapping):
+                raise ValueError(f"sweep.{field} must be a mapping of names to values, got {getattr(self, field)!r}")
+            object.__setattr__(self, field, plain(dict(getattr(self, field))))  # lists, as a file holds them
+        if self.samples < 0:
+            raise ValueError(f"sweep.samples must be >= 0, got {self.samples}")
+
+    @property
+    def axes(self) -> list[str]:
+        return [*self.grid, *self.random]
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """Everything ``jaxpo train`` / ``jaxpo sweep`` runs (see the module docstring)."""
+
+    config: Config = dataclasses.field(default_factory=Config)
+    hyper: Hyper = dataclasses.field(default_factory=Hyper)
+    support: SupportSpec = dataclasses.field(default_factory=SupportSpec)
+    run: RunSettings = dataclasses.field(default_factory=RunSettings)
+    sweep: SweepSpec = dataclasses.field(default_factory=SweepSpec)
+
+    def replace(self, **sections: Mapping[str, Any]) -> "Experiment":
+        """A copy with fields overridden per section: ``replace(config={"num_envs": 8})``.
+        Values are coerced to the fields' types; errors name ``section.field``."""
+        changes = {}
+        for section, values in sections.items():
+            if section not in SECTIONS:
+                raise ValueError(f"unknown section {section!r}; sections: {', '.join(SECTIONS)}")
+            if not isinstance(values, Mapping):
+                raise ValueError(f"{section} must be a mapping of field names to values, got {values!r}")
+            fields = section_fields(section)
+            unknown = [k for k in values if k not in fields]
+            if unknown:
+                raise ValueError(f"unknown key {section}.{unknown[0]}; {section} has: {', '.join(fields)}")
+            typed = {k: coerce(v, fields[k], f"{section}.{k}") for k, v in values.items()}
+            if section == "hyper":
+                bounds = Hyper.scalar_bounds()
+                typed = {k: bounds[k].check(f"hyper.{k}", v) for k, v in typed.items()}
+            changes[section] = dataclasses.replace(getattr(self, section), **typed)
+        return dataclasses.replace(self, **changes)
+
+    def schedule(self, config: Config | None = None) -> tuple[Config, int]:
+        """``(config, U)``: updates per run for ``run.steps`` env steps, rounded up to whole
+        chunks. Runs shorter than one chunk train one chunk of exactly their length."""
+        config = config or self.config
+        updates = -(-self.run.steps // config.steps_per_update)
+        if updates < config.updates_per_chunk:
+            config = dataclasses.replace(config, updates_per_chunk=updates)
+        chunk = config.updates_per_chunk
+        return config, -(-updates // chunk) * chunk
+
+
+SECTIONS = {"config": Config, "hyper": Hyper, "support": SupportSpec, "run": RunSettings, "sweep": SweepSpec}
+
+
+def section_fields(section: str) -> dict[str, Any]:
+    """``{field: type}`` of a section (the hyper section: its scalars only)."""
+    hints = type_hints(SECTIONS[section])
+    if section == "hyper":
+        return {name: float for name in Hyper.scalar_bounds()}
+    if section == "config":
+        hints["env_kwargs"] = Mapping
+    return hints
+
+
+def from_dict(data: Any, base: Experiment | None = None, source: str = "config") -> Experiment:
+    """An ``Experiment``: ``base`` (default: the defaults) with the sections in ``data``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{source} must be a mapping of sections ({', '.join(SECTIONS)}), got {type(data).__name__}")
+    unknown = [k for k in data if k not in SECTIONS]
+    if unknown:
+        raise ValueError(f"{source}: unknown section {unknown[0]!r}; sections: {', '.join(SECTIONS)}")
+    try:
+        return (base or Experiment()).replace(**{k: v or {} for k, v in data.items()})
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
+
+
+CONFIGS_DIR = os.path.join(os.path.dirname(__file__), "configs")
+
+
+def shipped_configs() -> list[str]:
+    """Names of the experiment files shipped in ``jaxpo/configs`` (``mappo``, ``happo``, …)."""
+    return sorted(os.path.splitext(f)[0] for f in os.listdir(CONFIGS_DIR) if f.endswith(".yaml"))
+
+
+def config_path(path: str) -> str:
+    """``path`` itself, or the shipped file of that name (``mappo`` or ``mappo.yaml``)."""
+    if os.path.exists(path):
+        return path
+    name = os.path.splitext(os.path.basename(path))[0]
+    if os.sep not in path and name in shipped_configs():
+        return os.path.join(CONFIGS_DIR, f"{name}.yaml")
+    raise ValueError(f"config file {path!r} does not exist (shipped configs: {', '.join(shipped_configs())})")
+
+
+def load_yaml(path: str, base: Experiment | None = None) -> Experiment:
+    """Reads an experiment file (YAML; JSON is YAML too); a bare name such as ``mappo``
+    reads the shipped ``jaxpo/configs/mappo.yaml``."""
+    path = config_path(path)
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as err:
+        raise ValueError(f"config file {path!r} cannot be read: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"config file {path!r} is not valid YAML: {err}") from None
+    return from_dict(data, base, source=f"config file {path!r}")
+
+
+def to_dict(experiment: Experiment) -> dict[str, dict[str, Any]]:
+    """Plain data (YAML-ready) for every field of every section."""
+    out = {}
+    for section in SECTIONS:
+        obj = getattr(experiment, section)
+        values = {name: getattr(obj, name) for name in section_fields(section)}
+        if section == "config":
+            values["env_kwargs"] = dict(obj.env_kwargs)
+        out[section] = plain(values)
+    return out
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block-style mappings, flow-style lists: ``hidden: [64, 64]`` under ``config:``."""
+
+
+_Dumper.add_representer(list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+_Dumper.add_representer(dict, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=False))
+
+
+def dump_yaml(experiment: Experiment) -> str:
+    """The experiment as YAML that ``load_yaml`` reads back to an equal experiment."""
+    return yaml.dump(to_dict(experiment), Dumper=_Dumper, sort_keys=False, width=100)
+
+
+def format_value(value: Any) -> str:
+    """A compact label for a swept value: ``0.001``, ``khop``, ``64x64``."""
+    if isinstance(value, float):
+        return f"{value:.3g}" if math.isfinite(value) else str(value)
+    if isinstance(value, (tuple, list)):
+        return "x".join(map(format_value, value))
+    return str(value)

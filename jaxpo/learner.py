@@ -1,0 +1,309 @@
+"""The learner: pure ``init`` / ``step`` / ``chunk`` functions for one static ``Config``.
+
+One train step = rollout → per-agent GAE → S_A aggregation → epochs × minibatches of
+the support-matrix PPO update (or exact sequential HAPPO). A chunk is a ``lax.scan``
+of K steps; ``Trainer.init_runs`` / ``chunk_runs`` are their jitted forms vmapped over
+a leading run axis R. Nothing here touches the host: the driver (``jaxpo.driver``)
+loops over chunks.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from jaxpo import envs, happo, losses, valuenorm
+from jaxpo.config import Config, Hyper
+from jaxpo.gae import gae
+from jaxpo.networks import ActorCritic
+from jaxpo.rollout import RolloutState, critic_input_dim, reset, rollout, shuffled_minibatches, to_sequences
+from jaxpo.support import ippo
+
+
+@struct.dataclass
+class TrainState:
+    """Everything one run carries between train steps (a pytree; batched as ``[R, ...]``)."""
+
+    params: Any
+    opt_state: Any
+    rollout: RolloutState
+    value_norm: valuenorm.ValueNormState | None  # [N] statistics; None without value_norm
+    key: jax.Array
+    update: jax.Array  # int32 [] — train steps done
+
+
+def _optimizer(hyper: Hyper) -> optax.GradientTransformation:
+    # Built inside the traced function: lr and max_grad_norm are traced arrays.
+    return optax.chain(optax.clip_by_global_norm(hyper.max_grad_norm), optax.adam(hyper.lr, eps=1e-5))
+
+
+class Trainer:
+    """The compiled training program for one static ``Config``.
+
+    Pure functions (all vmappable over runs):
+      ``init(key, hyper) -> TrainState``
+      ``step(state, hyper) -> (state, metrics)`` — one train step: rollout → GAE →
+        aggregation → epochs × minibatches.
+      ``chunk(state, hyper) -> (state, metrics [K])`` — ``lax.scan`` of K steps.
+    Batched, jitted versions over a leading run axis R: ``init_runs``, ``chunk_runs``.
+    """
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.env = envs.AutoReset(config.make_env())
+        self.critic_dim = critic_input_dim(self.env, config.critic_input)
+        self.net = ActorCritic.create(
+            num_agents=self.env.num_agents,
+            obs_dim=self.env.obs_dim,
+            num_actions=self.env.num_actions,
+            critic_dim=self.critic_dim,
+            hidden=config.hidden,
+            activation=config.activation,
+            shared=config.share_params,
+            recurrent=config.recurrent,
+            continuous=self.env.continuous,
+        )
+        # Counts of programs built (a trace happens exactly once per compiled signature).
+        self.compiles = {"init": 0, "chunk": 0}
+        self.init_runs = jax.jit(self._counted("init", jax.vmap(self.init)))
+        self.chunk_runs = jax.jit(self._counted("chunk", jax.vmap(self.chunk)), donate_argnums=0)
+
+    def _counted(self, name: str, fn):
+        def traced(*args):
+            self.compiles[name] += 1  # runs at trace time only
+            return fn(*args)
+
+        return traced
+
+    @property
+    def num_agents(self) -> int:
+        return self.env.num_agents
+
+    @functools.cached_property
+    def _abstract_run(self) -> tuple[TrainState, Hyper]:
+        """Shapes of one run's ``(TrainState, Hyper)``, by tracing only."""
+        hyper = Hyper.create(ippo(self.num_agents))
+        return jax.eval_shape(self.init, jax.random.PRNGKey(0), hyper), hyper
+
+    @functools.cached_property
+    def metric_names(self) -> tuple[str, ...]:
+        """The names of the per-update metrics ``step`` returns (sorted), by tracing only."""
+        return tuple(sorted(jax.eval_shape(self.step, *self._abstract_run)[1]))
+
+    def bytes_per_run(self) -> int:
+        """An estimate of one run's peak memory in the chunk program: the train state
+        (in, out, and Adam's moments in the gradient step) and the rollout with its
+        shuffled minibatch copies and activations. Calibrated against measured peaks by
+        ``benchmarks/sweep_scaling.py``."""
+        state, _ = self._abstract_run
+        cfg = self.config
+        traj = jax.eval_shape(
+            lambda s: rollout(self.env, self.net, s.params, s.rollout, s.key, cfg.num_steps, cfg.critic_input)[1], state)
+        return 3 * tree_bytes(state) + 6 * tree_bytes(traj)
+
+    def init(self, key: jax.Array, hyper: Hyper) -> TrainState:
+        key_params, key_env, key = jax.random.split(key, 3)
+        params = self.net.init(key_params)
+        optimizer = _optimizer(hyper)
+        if self.config.scheme == "sequential":  # one Adam state per agent actor, as in HARL
+            opt_state = {"actor": happo.init_opt_state(optimizer, params["actor"]),
+                         "critic": optimizer.init(params["critic"])}
+        else:
+            opt_state = optimizer.init(params)
+        return TrainState(
+            params=params,
+            opt_state=opt_state,
+            rollout=reset(self.env, self.net, key_env, self.config.num_envs),
+            value_norm=valuenorm.init((self.num_agents,)) if self.config.value_norm else None,
+            key=key,
+            update=jnp.zeros((), jnp.int32),
+        )
+
+    def _unroll_inputs(self, batch: Any) -> tuple[Any, jax.Array, Any]:
+        """``(h0, first [L, b], time_major)`` for a minibatch of b sequences ``[b, L, ...]``:
+        the hidden states stored at each sequence's start and a time-major view."""
+        h0 = jax.tree.map(lambda h: h[:, 0], batch.carry)
+        time_major = lambda x: jnp.swapaxes(x, 0, 1)
+        return h0, time_major(batch.first), time_major
+
+    def _flat(self, x: jax.Array) -> jax.Array:
+        """``[L, b, N] -> [L * b, N]``: the losses take one batch axis."""
+        return x.reshape(-1, self.num_agents)
+
+    def _loss(self, params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
+        """PPO loss on a minibatch of b sequences of L steps (leaves ``[b, L, N, ...]``;
+        L = 1 for feed-forward networks): sequences are replayed from their stored
+        hidden states, resetting them where episodes start, exactly as in the rollout."""
+        h0, first, tm = self._unroll_inputs(batch)
+        dist = self.net.unroll_policy(params["actor"], h0["actor"], tm(batch.obs), tm(batch.action_mask), first)
+        values = self.net.unroll_value(params["critic"], h0["critic"], tm(batch.critic_obs), first)
+        flat = self._flat  # [L, b, N] -> [L * b, N]
+        return losses.ppo_loss(
+            log_prob=flat(dist.log_prob(tm(batch.action))),
+            old_log_prob=flat(tm(batch.log_prob)),
+            advantages=flat(tm(advantages)),
+            values=flat(values),
+            old_values=flat(tm(batch.value)),
+            returns=flat(tm(targets)),
+            entropy=flat(dist.entropy()),
+            S_R=hyper.S_R,
+            clip_eps=hyper.clip_eps,
+            vf_coef=hyper.vf_coef,
+            ent_coef=hyper.ent_coef,
+            huber_delta=self._huber_delta(hyper),
+        )
+
+    def _critic_loss(self, critic_params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
+        """The critic's share of the loss alone (the sequential scheme trains actors apart)."""
+        h0, first, tm = self._unroll_inputs(batch)
+        values = self.net.unroll_value(critic_params, h0["critic"], tm(batch.critic_obs), first)
+        flat_tm = lambda x: self._flat(tm(x))
+        v_loss = losses.value_loss(self._flat(values), flat_tm(batch.value), flat_tm(targets), hyper.clip_eps,
+                                   self._huber_delta(hyper))
+        return hyper.vf_coef * v_loss, {"value_loss": v_loss}
+
+    def _happo_inputs(self, sequences: Any, advantages: jax.Array) -> tuple[Any, jax.Array, tuple]:
+        """Sequences ``[S, L, N, ...]`` in HAPPO's agent-major layout ``[S, N, L, ...]``
+        (feed-forward: ``[S, N, ...]``, L = 1 dropped): ``(batch, advantages, extra_inputs)``,
+        the extra inputs of recurrent actors being ``h0 [S, N, H]`` and ``first [S, N, L]``."""
+        batch = sequences.replace(carry=None, first=None, critic_obs=None, value=None)
+        if not self.config.recurrent:
+            drop_steps = lambda x: x[:, 0]
+            return jax.tree.map(drop_steps, batch), drop_steps(advantages), ()
+        agent_major = lambda x: jnp.swapaxes(x, 1, 2)
+        first = sequences.first[:, None, :]
+        first = jnp.broadcast_to(first, (first.shape[0], self.num_agents, first.shape[2]))
+        extra = (sequences.carry["actor"][:, 0], first)
+        return jax.tree.map(agent_major, batch), agent_major(advantages), extra
+
+    def _huber_delta(self, hyper: Hyper) -> jax.Array | None:
+        return hyper.huber_delta if self.config.value_loss == "huber" else None
+
+    def _epochs(self, loss_fn, params, opt_state, value_norm, data, key, optimizer, hyper):
+        """``num_epochs`` × ``num_minibatches`` optimiser steps of
+        ``loss_fn(params, batch, advantages, targets, hyper)`` on reshuffled minibatches
+        of ``data`` (``[B, ...]`` leaves). With value normalisation the statistics are
+        first updated with the minibatch's returns, which are then normalised
+        (MAPPO's reference order). Returns ``((params, opt_state, value_norm), metrics)``.
+        """
+        cfg = self.config
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+        def minibatch_update(carry, minibatch):
+            params, opt_state, norm = carry
+            batch, adv, tgt = minibatch
+            if cfg.value_norm:
+                norm = valuenorm.update(norm, tgt)
+                tgt = valuenorm.normalize(norm, tgt)
+            (_, metrics), grads = grad_fn(params, batch, adv, tgt, hyper)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state, norm), metrics
+
+        def epoch(carry, key):
+            return jax.lax.scan(minibatch_update, carry, shuffled_minibatches(key, data, cfg.num_minibatches))
+
+        return jax.lax.scan(epoch, (params, opt_state, value_norm), jax.random.split(key, cfg.num_epochs))
+
+    def advantages(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[jax.Array, jax.Array]:
+        """``(advantages, value targets)``, each ``[T, E, N]``, for a rollout ``traj``.
+
+        Per-agent GAE (truncated steps bootstrap from the final observation's value; on
+        denormalised values under value normalisation), S_A applied to rewards or to
+        advantages, then advantage normalisation. Targets are unnormalised returns.
+        """
+        cfg = self.config
+        values, next_values = traj.value, traj.final_value
+        if cfg.value_norm:
+            values = valuenorm.denormalize(state.value_norm, values)
+            next_values = valuenorm.denormalize(state.value_norm, next_values)
+        rewards = traj.reward
+        if cfg.aggregate_in == "reward":
+            rewards = losses.aggregate_advantages(rewards, hyper.S_A)
+        flags = lambda x: jnp.broadcast_to(x[..., None], rewards.shape)
+        advantages, targets = gae(
+            rewards, values, next_values, flags(traj.terminated), flags(traj.truncated),
+            hyper.gamma, hyper.gae_lambda,
+        )
+        if cfg.aggregate_in == "advantage":
+            advantages = losses.aggregate_advantages(advantages, hyper.S_A)
+        return losses.normalize_advantages(advantages, cfg.adv_norm), targets
+
+    def step(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, jax.Array]]:
+        cfg = self.config
+        key, key_rollout, key_epochs = jax.random.split(state.key, 3)
+        rollout_state, traj = rollout(
+            self.env, self.net, state.params, state.rollout, key_rollout, cfg.num_steps, cfg.critic_input
+        )
+        advantages, targets = self.advantages(state, traj, hyper)
+
+        # [T, E] -> [S, L]: S sequences of L steps (L = 1 feed-forward); agents stay
+        # together in each sample. Only the fields the loss reads are shuffled.
+        loss_inputs = traj.replace(
+            reward=None, terminated=None, truncated=None, final_value=None,
+            episode_return=None, episode_length=None, episode_won=None,
+        )
+        data = jax.tree.map(lambda x: to_sequences(x, cfg.sequence_length), (loss_inputs, advantages, targets))
+        optimizer = _optimizer(hyper)
+        if cfg.scheme == "simultaneous":
+            (params, opt_state, norm), loss_metrics = self._epochs(
+                self._loss, state.params, state.opt_state, state.value_norm, data, key_epochs, optimizer, hyper
+            )
+        else:  # exact HAPPO: actors one after another, then the critics
+            key_order, key_actor, key_epochs = jax.random.split(key_epochs, 3)
+            order = jax.random.permutation(key_order, self.num_agents)
+            batch, actor_advantages, extra = self._happo_inputs(data[0], data[1])
+            actor, actor_opt, actor_metrics = happo.sequential_actor_update(
+                self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
+                batch, actor_advantages, order, key_actor, hyper.clip_eps, hyper.ent_coef,
+                cfg.num_epochs, cfg.num_minibatches, extra_inputs=extra,
+            )
+            (critic, critic_opt, norm), critic_metrics = self._epochs(
+                self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,
+                data, key_epochs, optimizer, hyper,
+            )
+            params = {"actor": actor, "critic": critic}
+            opt_state = {"actor": actor_opt, "critic": critic_opt}
+            loss_metrics = {**actor_metrics, **critic_metrics}
+
+        episodes = jnp.sum(traj.episode_length > 0)
+        mean_or_nan = lambda total: jnp.where(episodes > 0, total / jnp.maximum(episodes, 1), jnp.nan)
+        metrics = {
+            "return": mean_or_nan(traj.episode_return.sum()),
+            "episode_length": mean_or_nan(traj.episode_length.sum().astype(jnp.float32)),
+            "episodes": episodes,
+            "reward": traj.reward.mean(),
+            **({} if traj.episode_won is None else {"win_rate": mean_or_nan(traj.episode_won.sum())}),
+            **jax.tree.map(jnp.mean, loss_metrics),
+        }
+        new_state = TrainState(
+            params=params, opt_state=opt_state, rollout=rollout_state, value_norm=norm, key=key,
+            update=state.update + 1,
+        )
+        return new_state, metrics
+
+    def chunk(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, jax.Array]]:
+        """K = ``updates_per_chunk`` train steps under ``lax.scan``; metrics ``[K]``.
+        How many chunks run is the driver's business."""
+        return jax.lax.scan(
+            lambda s, _: self.step(s, hyper), state, None, length=self.config.updates_per_chunk
+        )
+
+
+@functools.lru_cache(maxsize=16)
+def trainer(config: Config) -> Trainer:
+    """The (cached) ``Trainer`` for ``config``: every run with this static config, of any
+    length, in any sweep, shares it and its compiled programs."""
+    if not isinstance(config, Config):
+        raise ValueError(f"config must be a jaxpo.Config, got {type(config).__name__}")
+    return Trainer(config)
+
+
+def tree_bytes(tree: Any) -> int:
+    """Bytes of all array leaves of ``tree`` (arrays or ``ShapeDtypeStruct``s)."""
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))

@@ -1,0 +1,435 @@
+"""Sweeps: grid and random axes × seeds, every run of one static config in one program.
+
+``sweep(experiment)`` expands the experiment's sweep section into settings (the
+cartesian product of the grid axes, crossed with ``samples`` random draws), checks
+every setting before anything compiles, and trains settings × seeds. Runs that share
+a static ``Config`` are one compiled program, run in groups of G runs (the last group
+padded to G, so it reuses the program); settings that differ in a static field run
+one program after another. Everything goes to ``<out>/<name>/``: ``metrics.csv``
+(long format, appended per chunk), ``summary.csv`` (per run), ``groups.csv`` (per
+setting across seeds: mean and IQM with 95% stratified-bootstrap CIs), a figure
+and the resolved experiment file.
+
+Sweepable names: every ``Hyper`` scalar and the support fields (traced: one program)
+and every ``Config`` field (static: one program per value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import re
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from jaxpo.config import Config, Hyper
+from jaxpo.driver import Batch, MetricsCSV, ProgressBar, Run, ensure_writable, run_batch
+from jaxpo.experiment import Experiment, dump_yaml, format_value, from_dict, load_yaml, section_fields
+from jaxpo.fields import coerce
+from jaxpo.learner import Trainer, trainer
+from jaxpo.report import GROUP_STATS, group_statistics, plot_curves, run_summary, save_figure, write_atomic, write_csv
+from jaxpo.support import Support
+
+DISTRIBUTIONS = ("loguniform", "uniform", "choice")
+
+
+def sweepable() -> dict[str, str]:
+    """``{name: section}`` of every name a sweep may vary."""
+    names = {name: "hyper" for name in Hyper.scalar_bounds()}
+    names.update({name: "support" for name in section_fields("support")})
+    names.update({name: "config" for name in section_fields("config")})
+    return names
+
+
+# ------------------------------------------------------------------ axes
+
+
+def split_top_level(text: str) -> list[str]:
+    """``"1,(2,3),4" -> ["1", "(2,3)", "4"]``: commas outside brackets separate values."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return parts
+
+
+def parse_axis(text: str) -> tuple[str, str, Any]:
+    """A ``--sweep`` flag: ``NAME=V1,V2,…`` (a grid axis) or ``NAME=loguniform(LOW,HIGH)``,
+    ``uniform(LOW,HIGH)``, ``choice(V1,V2,…)`` (a random axis). Returns
+    ``(kind, name, values)`` with kind ``"grid"`` or ``"random"``; values stay text
+    until the sweep coerces them to the field's type."""
+    if "=" not in text:
+        raise ValueError(f"--sweep must look like NAME=V1,V2,... or NAME=loguniform(LOW,HIGH), got {text!r}")
+    name, spec = (part.strip() for part in text.split("=", 1))
+    match = re.fullmatch(r"(\w+)\((.*)\)", spec)
+    if match and match.group(1) in DISTRIBUTIONS:
+        return "random", name, {match.group(1): split_top_level(match.group(2))}
+    return "grid", name, split_top_level(spec)
+
+
+def _check_axes(experiment: Experiment) -> None:
+    spec, names = experiment.sweep, sweepable()
+    for kind, axes in (("grid", spec.grid), ("random", spec.random)):
+        for name in axes:
+            if name not in names:
+                why = "is a run setting" if name in section_fields("run") else "is not a sweepable name"
+                raise ValueError(f"sweep.{kind}: {name!r} {why}; sweepable: {', '.join(names)}")
+    both = set(spec.grid) & set(spec.random)
+    if both:
+        raise ValueError(f"sweep: {sorted(both)[0]!r} is both a grid and a random axis")
+    for name, values in spec.grid.items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"sweep.grid.{name} must be a non-empty list of values, got {values!r}")
+    if spec.random and spec.samples < 1:
+        raise ValueError(f"sweep has random axes ({', '.join(spec.random)}) but sweep.samples is 0; "
+                         "set samples (--samples K) to the number of draws")
+    if spec.samples and not spec.random:
+        raise ValueError("sweep.samples is set but the sweep has no random axes")
+
+
+def _typed(name: str, value: Any, where: str) -> Any:
+    """``value`` as the type of sweepable field ``name`` (hyper scalars also range-checked);
+    whether it fits the rest of its setting is checked when the setting is built."""
+    section = sweepable()[name]
+    value = coerce(value, section_fields(section)[name], where)
+    return Hyper.scalar_bounds()[name].check(where, value) if section == "hyper" else value
+
+
+def _typed_distribution(name: str, dist: Any) -> dict[str, list]:
+    """Random axis ``name``'s ``{kind: args}`` checked and typed: choice values as the field's
+    type, loguniform / uniform bounds as numbers with low < high (and low > 0 for loguniform)."""
+    where = f"sweep.random.{name}"
+    if not isinstance(dist, Mapping) or len(dist) != 1 or next(iter(dist)) not in DISTRIBUTIONS:
+        raise ValueError(f"{where} must be one of {{loguniform: [low, high]}}, {{uniform: [low, high]}}, "
+                         f"{{choice: [values]}}, got {dist!r}")
+    (kind, args), = dist.items()
+    if not isinstance(args, list) or not args:
+        raise ValueError(f"{where}.{kind} must be a non-empty list, got {args!r}")
+    if kind == "choice":
+        return {kind: [_typed(name, v, f"{where}.choice[{i}]") for i, v in enumerate(args)]}
+    if sweepable()[name] != "hyper":
+        raise ValueError(f"{where}: {kind} draws numbers, so it is for hyperparameters; use choice for {name!r}")
+    try:
+        low, high = (coerce(v, float, where) for v in args)
+    except ValueError:
+        raise ValueError(f"{where}.{kind} must be [low, high], two numbers, got {args!r}") from None
+    if not low < high:
+        raise ValueError(f"{where}.{kind} needs low < high, got [{low:g}, {high:g}]")
+    if kind == "loguniform" and low <= 0:
+        raise ValueError(f"{where}.loguniform bounds must be > 0, got [{low:g}, {high:g}]")
+    return {kind: [low, high]}
+
+
+def typed_spec(experiment: Experiment) -> Experiment:
+    """The experiment with its sweep axes checked and their values typed (what the
+    resolved sweep file records). Errors name the axis and the value."""
+    _check_axes(experiment)
+    spec = experiment.sweep
+    grid = {name: [_typed(name, v, f"sweep.grid.{name}[{i}]") for i, v in enumerate(values)]
+            for name, values in spec.grid.items()}
+    random = {name: _typed_distribution(name, dist) for name, dist in spec.random.items()}
+    return dataclasses.replace(experiment, sweep=dataclasses.replace(spec, grid=grid, random=random))
+
+
+def _draw(name: str, dist: dict[str, list], rng: np.random.Generator, samples: int) -> list:
+    """``samples`` draws of random axis ``name`` from a typed ``{kind: args}``."""
+    (kind, args), = dist.items()
+    if kind == "choice":
+        return [args[i] for i in rng.integers(0, len(args), size=samples)]
+    low, high = args
+    draws = np.exp(rng.uniform(np.log(low), np.log(high), size=samples)) if kind == "loguniform" \
+        else rng.uniform(low, high, size=samples)
+    return [_typed(name, float(v), f"sweep.random.{name}") for v in draws]
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One point of a sweep: its label, swept ``values``, static ``config`` (with the
+    chunk length the run length asks for), ``num_updates``, ``support`` and ``hyper``."""
+
+    label: str
+    values: Mapping[str, Any]
+    config: Config
+    num_updates: int
+    support: Support
+    hyper: Hyper
+
+
+def settings(experiment: Experiment) -> list[Setting]:
+    """Every setting of the sweep, each fully checked (config, env, support, hyper),
+    before anything compiles. Errors name the axis and the setting."""
+    spec = typed_spec(experiment).sweep
+    rng = np.random.default_rng(spec.sample_seed)
+    drawn = [_draw(name, dist, rng, spec.samples) for name, dist in spec.random.items()]
+    points = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())]
+    if spec.random:
+        points = [{**p, **dict(zip(spec.random, sample))} for p in points for sample in zip(*drawn)]
+    names = sweepable()
+    out, labels = [], {}
+    for values in points:
+        label = ",".join(f"{k}={format_value(v)}" for k, v in values.items())
+        try:
+            by_section = {s: {k: v for k, v in values.items() if names[k] == s} for s in ("config", "hyper", "support")}
+            point = experiment.replace(**by_section)
+            if "kappa" in values and point.support.preset != "khop":
+                raise ValueError(f"the kappa axis needs support.preset khop, got {point.support.preset!r}")
+            config, num_updates = point.schedule()
+            env = config.make_env()
+            support = point.support.build(env)
+            hyper = Hyper.create(support, **point.hyper.scalars())
+        except ValueError as err:
+            raise ValueError(f"sweep setting {label or '(base)'}: {err}") from None
+        label = label or support.name
+        labels[label] = labels.get(label, 0) + 1
+        if labels[label] > 1:  # equal draws of a random axis: keep labels unique
+            label = f"{label}#{labels[label]}"
+        out.append(Setting(label, values, config, num_updates, support, hyper))
+    return out
+
+
+# ------------------------------------------------------------------ running
+
+
+def free_memory_bytes(device: jax.Device | None = None) -> int:
+    """Free memory of ``device`` (default: the first): the allocator's limit minus its use on
+    accelerators, the host's available memory on CPU."""
+    device = device or jax.devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def group_size(tr: Trainer, num_runs: int, requested: int | None) -> int:
+    """G, runs per compiled batch: ``requested``, or as many as fit in half the free memory."""
+    if requested is not None:
+        return min(requested, num_runs)
+    return int(max(1, min(num_runs, free_memory_bytes() // 2 // tr.bytes_per_run())))
+
+
+@dataclasses.dataclass
+class Program:
+    """The runs of one static config, and how they ran: groups of ``group_size`` runs,
+    ``compiles`` of the chunk, ``first_chunk_seconds`` (compile included)."""
+
+    config: Config
+    num_updates: int
+    runs: list[Run]
+    settings: list[Setting]
+    group_size: int = 0
+    compiles: int = 0
+    first_chunk_seconds: float = float("nan")
+    metrics: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    @property
+    def env_steps(self) -> np.ndarray:
+        return self.config.steps_per_update * np.arange(1, self.num_updates + 1)
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """What ``sweep`` returns: the experiment, its programs (runs, metrics ``[R_p, U_p]``),
+    per-run ``summary`` rows, per-setting ``groups`` rows and the output directory."""
+
+    experiment: Experiment
+    programs: list[Program]
+    summary: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
+    out_dir: str
+    seconds: float
+
+    @property
+    def runs(self) -> list[Run]:
+        return [run for p in self.programs for run in p.runs]
+
+    def plot(self, path: str | None = None, metric: str = "return"):
+        """Learning curves per setting: mean and 95% bootstrap band over its seeds."""
+        return _plot(self, metric, path)
+
+
+def _plan(experiment: Experiment) -> list[Program]:
+    """Settings × seeds as runs, grouped by static config (in order of first appearance)."""
+    programs: OrderedDict[Config, Program] = OrderedDict()
+    seeds = range(experiment.run.seed, experiment.run.seed + experiment.run.seeds)
+    run_id = 0
+    for setting in settings(experiment):
+        program = programs.setdefault(setting.config, Program(setting.config, setting.num_updates, [], []))
+        for seed in seeds:
+            program.runs.append(Run(run_id, f"{setting.label}/seed{seed}", setting.label, seed, setting.values))
+            program.settings.append(setting)
+            run_id += 1
+    return list(programs.values())
+
+
+def _default_name(experiment: Experiment, programs: list[Program]) -> str:
+    what = "sweep" if experiment.sweep.axes else programs[0].settings[0].support.name
+    return f"{experiment.config.env}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def load(experiment: Experiment | str | Mapping | None = None, **sections: Mapping[str, Any]) -> Experiment:
+    """An ``Experiment`` from an experiment, a YAML path or a dict, with ``sections``
+    overriding fields (``run={"seeds": 4}``)."""
+    if isinstance(experiment, str):
+        experiment = load_yaml(experiment)
+    elif experiment is None or isinstance(experiment, Mapping):
+        experiment = from_dict(experiment)
+    if not isinstance(experiment, Experiment):
+        raise ValueError(f"experiment must be an Experiment, a YAML path or a mapping, got {type(experiment).__name__}")
+    return experiment.replace(**sections)
+
+
+@dataclasses.dataclass
+class Plan:
+    """A checked experiment, ready to run: its programs (runs grouped by static config)
+    and its output directory (created and proven writable). Nothing is compiled yet."""
+
+    experiment: Experiment
+    programs: list[Program]
+    out_dir: str
+
+    @property
+    def is_sweep(self) -> bool:
+        return bool(self.experiment.sweep.axes)
+
+
+def plan(experiment: Experiment | str | Mapping | None = None, **sections: Mapping[str, Any]) -> Plan:
+    """Checks everything a run needs (every setting's config, env, support and
+    hyperparameters; the output directory) and plans the programs. Raises ValueError
+    naming the bad field; compiles nothing."""
+    experiment = typed_spec(load(experiment, **sections))
+    programs = _plan(experiment)
+    name = experiment.run.name or _default_name(experiment, programs)
+    out_dir = ensure_writable(os.path.join(experiment.run.out, name))
+    experiment = experiment.replace(run={"name": name})
+    for program in programs:
+        program.group_size = group_size(trainer(program.config), len(program.runs), experiment.run.runs_per_group)
+    return Plan(experiment, programs, out_dir)
+
+
+def sweep(experiment: Experiment | str | Mapping | None = None, *, log: Callable[[str], None] | None = None,
+          **sections: Mapping[str, Any]) -> SweepResult:
+    """Runs an experiment's sweep (or the single setting of an experiment without one).
+
+    Args:
+        experiment: an ``Experiment``, a YAML file path or a mapping of sections.
+        log: called with progress lines (the CLI passes ``print``).
+        sections: overrides, e.g. ``run={"seeds": 8}``, ``sweep={"grid": {"lr": [1e-3, 3e-3]}}``.
+    Returns a ``SweepResult``; files go to ``<run.out>/<run.name>/``.
+    """
+    return execute(plan(experiment, **sections), log=log)
+
+
+def execute(plan_: Plan, log: Callable[[str], None] | None = None) -> SweepResult:
+    """Trains a ``Plan``: program after program, group after group, then the reports."""
+    log = log or (lambda line: None)
+    experiment, programs, out_dir = plan_.experiment, plan_.programs, plan_.out_dir
+    write_atomic(os.path.join(out_dir, "sweep.yaml" if plan_.is_sweep else "config.yaml"),
+                 lambda tmp: open(tmp, "w").write(dump_yaml(experiment)))
+    trainers = [trainer(p.config) for p in programs]
+    metric_names = sorted({m for tr in trainers for m in tr.metric_names})
+    csv_hook = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names)
+    total_chunks = sum(-(-len(p.runs) // p.group_size) * (p.num_updates // p.config.updates_per_chunk)
+                       for p in programs)
+    bar = ProgressBar(total_chunks, desc="sweep" if plan_.is_sweep else "train") if experiment.run.progress else None
+    log(f"{sum(len(p.runs) for p in programs)} runs ({len({r.setting for p in programs for r in p.runs})} settings × "
+        f"{experiment.run.seeds} seeds) in {len(programs)} program(s); runs per group: "
+        f"{', '.join(str(p.group_size) for p in programs)}; writing to {out_dir}")
+    start = time.perf_counter()
+    try:
+        for program, tr in zip(programs, trainers):
+            _run_program(program, tr, [csv_hook] + ([bar] if bar else []))
+    finally:
+        if bar is not None:
+            bar.close()
+    result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start)
+    _write_reports(result, plan_.is_sweep)
+    return result
+
+
+def _run_program(program: Program, tr: Trainer, hooks: Sequence) -> None:
+    """Trains a program's runs group by group with one compiled chunk; fills its metrics."""
+    compiles_before = tr.compiles["chunk"]
+    size = program.group_size
+    parts = []
+    for lo in range(0, len(program.runs), size):
+        runs, settings_ = program.runs[lo:lo + size], program.settings[lo:lo + size]
+        hyper = Hyper.stack([s.hyper for s in settings_])
+        seeds = np.array([r.seed for r in runs])
+        _, metrics, first = run_batch(tr, hyper, seeds, Batch(program.config, runs, program.num_updates), hooks,
+                                      pad_to=size)
+        if lo == 0:
+            program.first_chunk_seconds = first
+        parts.append(metrics)
+    program.metrics = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    program.compiles = tr.compiles["chunk"] - compiles_before
+
+
+def _write_reports(result: SweepResult, is_sweep: bool) -> None:
+    """summary.csv, groups.csv and the figure."""
+    axes = result.experiment.sweep.axes
+    reps = result.experiment.run.bootstrap_reps
+    summary_names: list[str] = []
+    for program in result.programs:
+        stats = run_summary(program.metrics)
+        summary_names += [n for n in stats if n not in summary_names]
+        for r, run in enumerate(program.runs):
+            result.summary.append({"run_id": run.run_id, "label": run.label, "setting": run.setting, "seed": run.seed,
+                                   **{a: run.values[a] for a in axes},
+                                   "env_steps": int(program.env_steps[-1]),
+                                   **{n: float(v[r]) for n, v in stats.items()}})
+    header = ["run_id", "label", "setting", "seed", *axes, "env_steps", *summary_names]
+    write_csv(os.path.join(result.out_dir, "summary.csv"), header,
+              [[row.get(h, float("nan")) for h in header] for row in result.summary])
+
+    settings_: OrderedDict[str, dict] = OrderedDict((row["setting"], row) for row in result.summary)
+    for metric in [n for n in summary_names if n.startswith("final_")]:
+        scores = {s: np.array([row.get(metric, np.nan) for row in result.summary if row["setting"] == s])
+                  for s in settings_}
+        for setting, stats in group_statistics(scores, reps=reps).items():
+            result.groups.append({"setting": setting, **{a: settings_[setting][a] for a in axes},
+                                  "metric": metric, **stats})
+    header = ["setting", *axes, "metric", "runs", *GROUP_STATS]
+    write_csv(os.path.join(result.out_dir, "groups.csv"), header, [[row[h] for h in header] for row in result.groups])
+    result.plot(os.path.join(result.out_dir, "sweep.png" if is_sweep else "learning_curve.png"))
+
+
+def _plot(result: SweepResult, metric: str, path: str | None):
+    """Every program's curves on one set of axes (programs may differ in env steps per update)."""
+    ax = None
+    for program in result.programs:
+        ax = plot_curves(program.metrics[metric], program.env_steps, [r.setting for r in program.runs],
+                         title=result.experiment.config.env, metric=metric, ax=ax)
+    return save_figure(ax.figure, path)
+
+
+# ------------------------------------------------------------------ the simple grid
+
+
+def runs(supports: Support | Sequence[Support], seeds: Sequence[int] = (0,), **hparams) -> tuple[Hyper, np.ndarray, list[str]]:
+    """The grid supports × seeds as one batch for ``jaxpo.train``: ``(Hyper [R], seeds [R], labels)``.
+
+    ``hparams`` are ``Hyper.create`` keywords shared by every run.
+    """
+    supports = [supports] if isinstance(supports, Support) else list(supports)
+    seeds = [int(s) for s in seeds]
+    if not supports or not seeds:
+        raise ValueError("supports and seeds must be non-empty")
+    grid = list(itertools.product(supports, seeds))
+    hyper = Hyper.stack([Hyper.create(sup, **hparams) for sup, _ in grid])
+    return hyper, np.array([s for _, s in grid]), [f"{sup.name}/seed{s}" for sup, s in grid]
