@@ -64,9 +64,9 @@ SIZES = {
 
 # Training budget per env (small size): same for κ = 0 and κ = C, and for every seed.
 TRAIN = {
-    "public_goods": dict(num_envs=16, num_steps=50, num_updates=60, updates_per_chunk=10, hidden=(32, 32)),
-    "traffic_grid": dict(num_envs=16, num_steps=50, num_updates=60, updates_per_chunk=10, hidden=(32, 32)),
-    "wireless": dict(num_envs=16, num_steps=50, num_updates=60, updates_per_chunk=10, hidden=(32, 32)),
+    "public_goods": dict(num_envs=16, num_steps=50, updates_per_chunk=10, hidden=(32, 32)),
+    "traffic_grid": dict(num_envs=16, num_steps=50, updates_per_chunk=10, hidden=(32, 32)),
+    "wireless": dict(num_envs=16, num_steps=50, updates_per_chunk=10, hidden=(32, 32)),
 }
 
 
@@ -189,15 +189,14 @@ def _summary(returns: np.ndarray, expected: int) -> dict:
 
 def trained_returns(env_name: str, env_kwargs: dict, seeds: list[int], updates: int | None) -> tuple[dict, dict]:
     budget = dict(TRAIN[env_name])
-    if updates is not None:
-        budget["num_updates"] = updates
-        budget["updates_per_chunk"] = max(d for d in range(1, min(10, updates) + 1) if updates % d == 0)
+    updates = 60 if updates is None else updates
+    budget["updates_per_chunk"] = max(d for d in range(1, min(10, updates) + 1) if updates % d == 0)
     config = jaxpo.Config(env=env_name, env_kwargs=env_kwargs, **budget)
     env = config.make_env()
     kappa = coupling_kappa(env_name, env)
     supports = [jaxpo.make_support("khop", env.num_agents, kappa=k, coupling=env.coupling) for k in (0, kappa)]
     hyper, run_seeds, labels = jaxpo.runs(supports, seeds=seeds)
-    result = jaxpo.train(config, hyper, run_seeds, labels=labels, progress=False)
+    result = jaxpo.train(config, hyper, run_seeds, num_updates=updates, labels=labels, progress=False)
     final, initial = result.final_return(), result.initial_return()
     s = len(seeds)
     policies = {}
@@ -211,7 +210,7 @@ def trained_returns(env_name: str, env_kwargs: dict, seeds: list[int], updates: 
         )
     h = jax.device_get(result.hyper)
     info = dict(
-        config=dict(num_envs=config.num_envs, num_steps=config.num_steps, num_updates=config.num_updates,
+        config=dict(num_envs=config.num_envs, num_steps=config.num_steps, num_updates=updates,
                     num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
                     hidden=list(config.hidden), share_params=config.share_params,
                     critic_input=config.critic_input, adv_norm=config.adv_norm),

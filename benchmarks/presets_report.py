@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from jaxpo import support
-from jaxpo.train import Config, runs, train
+from jaxpo import Config, runs, train
 
 TEAM_CRITIC = dict(aggregate_in="reward", critic_input="global", value_norm=True, value_loss="huber")
 METHODS: dict[str, tuple] = {  # name -> (support factory (n, coupling) -> Support, Config options)
@@ -63,13 +63,13 @@ def run(task: str, method: str, seeds: list[int], env_steps: int) -> dict:
     updates = -(-env_steps // (per_update * chunks)) * chunks
     config = Config(
         env=spec["env"], env_kwargs=spec["env_kwargs"], num_envs=spec["num_envs"], num_steps=spec["num_steps"],
-        num_updates=updates, updates_per_chunk=updates // chunks, hidden=(64, 64), **options,
+        updates_per_chunk=updates // chunks, hidden=(64, 64), **options,
     )
     env = config.make_env()
     sup = make_support(env.num_agents, env.coupling)
     hyper, seed_array, labels = runs(sup, seeds, lr=spec["lr"])
     start = time.perf_counter()
-    result = train(config, hyper, seed_array, labels=labels, progress=False)
+    result = train(config, hyper, seed_array, num_updates=updates, labels=labels, progress=False)
     metric = spec["metric"]
     final = result.final(metric)
     return {

@@ -140,7 +140,6 @@ def _measure_train(args) -> dict:
         env_kwargs=dict(args.env_arg),
         num_envs=num_envs,
         num_steps=args.num_steps,
-        num_updates=args.updates_per_chunk,
         updates_per_chunk=args.updates_per_chunk,
         num_epochs=args.num_epochs,
         num_minibatches=args.num_minibatches,

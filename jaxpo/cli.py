@@ -84,7 +84,8 @@ def _add_section(parser: argparse.ArgumentParser, section: str) -> None:
         else:
             allowed = choices(hint)
             metavar = None if allowed else metavars[optional_inner(hint) or hint]
-            group.add_argument(flag, dest=dest, type=_typed_arg(hint, flag), choices=allowed,
+            # with choices, argparse itself reports "invalid choice: ... (choose from ...)"
+            group.add_argument(flag, dest=dest, type=str if allowed else _typed_arg(hint, flag), choices=allowed,
                                default=argparse.SUPPRESS, metavar=metavar, help=text)
     if section == "config":
         group.add_argument("--env-arg", dest="config.env_kwargs", action="append", type=parse_env_arg,

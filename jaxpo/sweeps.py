@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 from jaxpo.config import Config, Hyper
-from jaxpo.driver import Batch, MetricsCSV, ProgressBar, Run, ensure_writable, run_batch
+from jaxpo.driver import Batch, Hook, MetricsCSV, ProgressBar, Run, ensure_writable, run_batch
 from jaxpo.experiment import Experiment, dump_yaml, format_value, from_dict, load_yaml, section_fields
 from jaxpo.fields import coerce
 from jaxpo.learner import Trainer, trainer
@@ -323,19 +323,20 @@ def plan(experiment: Experiment | str | Mapping | None = None, **sections: Mappi
 
 
 def sweep(experiment: Experiment | str | Mapping | None = None, *, log: Callable[[str], None] | None = None,
-          **sections: Mapping[str, Any]) -> SweepResult:
+          hooks: Sequence[Hook] = (), **sections: Mapping[str, Any]) -> SweepResult:
     """Runs an experiment's sweep (or the single setting of an experiment without one).
 
     Args:
         experiment: an ``Experiment``, a YAML file path or a mapping of sections.
         log: called with progress lines (the CLI passes ``print``).
+        hooks: more driver ``Hook``s, called around every group and after every chunk.
         sections: overrides, e.g. ``run={"seeds": 8}``, ``sweep={"grid": {"lr": [1e-3, 3e-3]}}``.
     Returns a ``SweepResult``; files go to ``<run.out>/<run.name>/``.
     """
-    return execute(plan(experiment, **sections), log=log)
+    return execute(plan(experiment, **sections), log=log, hooks=hooks)
 
 
-def execute(plan_: Plan, log: Callable[[str], None] | None = None) -> SweepResult:
+def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = ()) -> SweepResult:
     """Trains a ``Plan``: program after program, group after group, then the reports."""
     log = log or (lambda line: None)
     experiment, programs, out_dir = plan_.experiment, plan_.programs, plan_.out_dir
@@ -353,7 +354,7 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None) -> SweepResul
     start = time.perf_counter()
     try:
         for program, tr in zip(programs, trainers):
-            _run_program(program, tr, [csv_hook] + ([bar] if bar else []))
+            _run_program(program, tr, [csv_hook, *hooks] + ([bar] if bar else []))
     finally:
         if bar is not None:
             bar.close()

@@ -24,11 +24,23 @@ def random_policy_returns(config: Config, num_steps: int = 500) -> np.ndarray:
     return completed_episodes(config, params, num_steps, jax.random.PRNGKey(1), jax.random.PRNGKey(2), uniform)[0]
 
 
+def reject_nan(name):
+    raise AssertionError(f"{name} is not valid JSON")
+
+
+def test_summary_numbers_are_valid_json():
+    """A mean with nothing finite to average (no episode ended) is null, never NaN."""
+    assert cli._mean(np.array([np.nan, np.nan])) is None
+    assert cli._mean(np.array([1.0, np.nan, 2.0])) == 1.5
+    assert json.loads(json.dumps({"return_before": cli._mean(np.array([np.nan]))}),
+                      parse_constant=reject_nan) == {"return_before": None}
+
+
 def test_default_experiment_learns(tmp_path, capsys):
     code = cli.main(["train", "--steps", str(LEARN_STEPS), "--out", str(tmp_path), "--name", "default", "--no-progress"])
     assert code == 0
     out = capsys.readouterr().out
-    summary = json.loads(out.strip().splitlines()[-1])
+    summary = json.loads(out.strip().splitlines()[-1], parse_constant=reject_nan)
     assert "signal = S_R @ S_A" in out and "khop(k=1)" in out
     assert "return (mean episode return per agent): before" in out
 
@@ -103,7 +115,7 @@ def test_recurrent_smax_run_reports_win_rate(tmp_path, capsys):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "HeuristicEnemySMAX {'scenario': '3m'} — 3 agents, 8 actions" in out
-    summary = json.loads(out.strip().splitlines()[-1])
+    summary = json.loads(out.strip().splitlines()[-1], parse_constant=reject_nan)
     assert 0.0 <= summary["win_rate_after"] <= 1.0 and "win rate: before" in out
     header = (tmp_path / "smax" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "win_rate" in header
