@@ -23,7 +23,9 @@ Fields:
     runs_per_s        runs finished per second at that rate, for runs of ``updates`` updates.
     sweep_s           wall seconds of the whole sweep (compile and reports included).
     peak_rss_mib      peak resident memory of the process; baseline_rss_mib before the sweep;
-                      peak_mib_per_run = (peak − baseline) / min(R, G).
+                      peak_mib_per_run = (peak − baseline) / min(R, G) (includes the compiler's
+                      memory, so large at small R); marginal_mib_per_run = the peak's growth per
+                      run since the previous R (what one more run in a group costs).
     estimate_mib_per_run  the driver's estimate of one run's memory.
     device_peak_mib   accelerator ``peak_bytes_in_use`` (null on CPU).
 """
@@ -47,6 +49,7 @@ def _rss_mib() -> float:
 
 
 def measure(args) -> dict:
+    """One sweep of ``args.runs[0]`` runs, measured in this process."""
     import jax
     import numpy as np
 
@@ -74,12 +77,13 @@ def measure(args) -> dict:
                 self.env_steps += len(event.batch.runs) * len(event.updates) * event.batch.config.steps_per_update
             self.last = now
 
-    settings = min(args.runs, 4)
+    num_runs = args.runs[0]
+    settings = min(num_runs, 4)
     lrs = list(np.geomspace(1e-3, 3e-3, settings))
     experiment = jaxpo.Experiment().replace(
         config={"num_envs": args.num_envs, "num_steps": args.num_steps, "updates_per_chunk": args.updates_per_chunk},
-        run={"steps": args.updates * args.num_envs * args.num_steps, "seeds": args.runs // settings,
-             "progress": False, "out": args.out, "name": f"R{args.runs}"},
+        run={"steps": args.updates * args.num_envs * args.num_steps, "seeds": num_runs // settings,
+             "progress": False, "out": args.out, "name": f"R{num_runs}"},
         sweep={"grid": {"lr": lrs}} if settings > 1 else {},
     )
     baseline = _rss_mib()
@@ -96,7 +100,7 @@ def measure(args) -> dict:
     rate = timer.env_steps / timer.steady if timer.steady else float("nan")
     per_run_steps = program.num_updates * program.config.steps_per_update
     return {
-        "runs": len(result.runs), "settings": settings, "seeds": args.runs // settings,
+        "runs": len(result.runs), "settings": settings, "seeds": num_runs // settings,
         "num_envs": args.num_envs, "num_steps": args.num_steps, "updates": program.num_updates,
         "updates_per_chunk": program.config.updates_per_chunk, "runs_per_group": program.group_size,
         "groups": -(-len(program.runs) // program.group_size), "chunk_compiles": program.compiles,
@@ -124,6 +128,7 @@ def main() -> int:
     if args.single:
         print(json.dumps(measure(args)), flush=True)
         return 0
+    previous = None
     with tempfile.TemporaryDirectory() as out:
         for runs in args.runs:
             cmd = [sys.executable, os.path.abspath(__file__), "--single", "--runs", str(runs), "--out", out,
@@ -136,6 +141,10 @@ def main() -> int:
                     {"runs": runs, "error": done.stderr.strip().splitlines()[-1:] or f"exit {done.returncode}"}
             except subprocess.TimeoutExpired:
                 record = {"runs": runs, "error": f"timeout after {args.timeout:.0f} s"}
+            if "error" not in record and previous is not None and record["runs_per_group"] > previous["runs_per_group"]:
+                record["marginal_mib_per_run"] = round((record["peak_rss_mib"] - previous["peak_rss_mib"])
+                                                       / (record["runs_per_group"] - previous["runs_per_group"]), 2)
+            previous = record if "error" not in record else previous
             print(json.dumps(record), flush=True)
     return 0
 

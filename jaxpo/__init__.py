@@ -4,7 +4,7 @@
     >>> config = jaxpo.Config(env="MPE_simple_spread_v3")
     >>> hyper, seeds, labels = jaxpo.runs(jaxpo.support.mappo(3), seeds=[0, 1])
     >>> result = jaxpo.train(config, hyper, seeds, num_updates=50, labels=labels)
-    >>> sweep = jaxpo.sweep("jaxpo/configs/sweep_public_goods.yaml", run={"seeds": 4})
+    >>> sweep = jaxpo.sweep("sweep_public_goods", run={"seeds": 4})  # a shipped experiment file
 """
 
 __version__ = "0.1.0"

@@ -44,7 +44,7 @@ def parse_env_arg(text: str) -> tuple[str, object]:
 
 
 def _sweep_arg(text: str) -> tuple[str, str, object]:
-    from jaxpo.sweeps import parse_axis
+    from jaxpo.settings import parse_axis
 
     try:
         return parse_axis(text)

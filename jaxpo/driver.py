@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxpo.config import Config, Hyper
 from jaxpo.learner import TrainState, Trainer, trainer
-from jaxpo.report import AppendCSV, plot_curves, save_figure
+from jaxpo.report import AppendCSV, final_mean, plot_curves, save_figure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,8 +211,6 @@ class TrainResult:
 
     def final(self, metric: str = "return", last: float = 0.1) -> np.ndarray:
         """Mean of ``metric`` over the last ``last`` fraction of train steps, per run ``[R]``."""
-        from jaxpo.report import final_mean
-
         return final_mean(self.metrics[metric], last)
 
     def final_return(self, last: float = 0.1) -> np.ndarray:

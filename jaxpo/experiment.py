@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from jaxpo.config import Config, Hyper
-from jaxpo.fields import coerce, plain, type_hints
+from jaxpo.fields import coerce, coerce_fields, plain, type_hints
 from jaxpo.support import PRESETS, Support, custom, make_support
 
 SupportName = Literal[(*PRESETS, "custom")]
@@ -45,6 +45,9 @@ class SupportSpec:
     preset: SupportName = "khop"
     kappa: int = 1
     matrices: str | None = None
+
+    def __post_init__(self):
+        coerce_fields(self, "support")
 
     def build(self, env: Any) -> Support:
         """The validated ``Support`` for ``env`` (its agent count and coupling graph)."""
@@ -107,6 +110,7 @@ class RunSettings:
     bootstrap_reps: int = 2000
 
     def __post_init__(self):
+        coerce_fields(self, "run")
         for field in ("steps", "seeds", "bootstrap_reps"):
             if getattr(self, field) < 1:
                 raise ValueError(f"run.{field} must be a positive integer, got {getattr(self, field)!r}")
@@ -139,6 +143,8 @@ class SweepSpec:
             if not isinstance(getattr(self, field), Mapping):
                 raise ValueError(f"sweep.{field} must be a mapping of names to values, got {getattr(self, field)!r}")
             object.__setattr__(self, field, plain(dict(getattr(self, field))))  # lists, as a file holds them
+        for field in ("samples", "sample_seed"):
+            object.__setattr__(self, field, coerce(getattr(self, field), int, f"sweep.{field}"))
         if self.samples < 0:
             raise ValueError(f"sweep.samples must be >= 0, got {self.samples}")
 

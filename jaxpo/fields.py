@@ -132,6 +132,13 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
     return value  # Any, Mapping, …: checked by the owner
 
 
+def coerce_fields(obj: Any, prefix: str) -> None:
+    """Coerces every field of the frozen dataclass ``obj`` to its annotated type in place
+    (``"8"`` -> 8 for an ``int``), raising a ValueError that names ``prefix.field``."""
+    for name, hint in type_hints(type(obj)).items():
+        object.__setattr__(obj, name, coerce(getattr(obj, name), hint, f"{prefix}.{name}"))
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """``{field: help}`` from the ``Attributes:`` section of ``cls``'s docstring.
 

@@ -46,6 +46,16 @@ def write_atomic(path: str, write) -> None:
         raise
 
 
+def write_text(path: str, text: str) -> None:
+    """Writes a text file atomically."""
+
+    def write(tmp: str):
+        with open(tmp, "w") as f:
+            f.write(text)
+
+    write_atomic(path, write)
+
+
 def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows([_cell(v) for v in row] for row in rows)

@@ -1,17 +1,14 @@
-"""Sweeps: grid and random axes × seeds, every run of one static config in one program.
+"""Sweeps: settings × seeds, every run of one static config in one compiled program.
 
-``sweep(experiment)`` expands the experiment's sweep section into settings (the
-cartesian product of the grid axes, crossed with ``samples`` random draws), checks
-every setting before anything compiles, and trains settings × seeds. Runs that share
+``sweep(experiment)`` expands the experiment's sweep section into settings
+(``jaxpo.settings``: grid axes crossed, random axes drawn), checks every setting
+before anything compiles, and trains settings × seeds. Runs that share
 a static ``Config`` are one compiled program, run in groups of G runs (the last group
 padded to G, so it reuses the program); settings that differ in a static field run
 one program after another. Everything goes to ``<out>/<name>/``: ``metrics.csv``
 (long format, appended per chunk), ``summary.csv`` (per run), ``groups.csv`` (per
 setting across seeds: mean and IQM with 95% stratified-bootstrap CIs), a figure
 and the resolved experiment file.
-
-Sweepable names: every ``Hyper`` scalar and the support fields (traced: one program)
-and every ``Config`` field (static: one program per value).
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-import re
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
@@ -29,176 +25,11 @@ import numpy as np
 
 from jaxpo.config import Config, Hyper
 from jaxpo.driver import Batch, Hook, MetricsCSV, ProgressBar, Run, ensure_writable, run_batch
-from jaxpo.experiment import Experiment, dump_yaml, format_value, from_dict, load_yaml, section_fields
-from jaxpo.fields import coerce
+from jaxpo.experiment import Experiment, dump_yaml, from_dict, load_yaml
 from jaxpo.learner import Trainer, trainer
-from jaxpo.report import GROUP_STATS, group_statistics, plot_curves, run_summary, save_figure, write_atomic, write_csv
+from jaxpo.report import GROUP_STATS, group_statistics, plot_curves, run_summary, save_figure, write_csv, write_text
+from jaxpo.settings import Setting, settings, typed_spec
 from jaxpo.support import Support
-
-DISTRIBUTIONS = ("loguniform", "uniform", "choice")
-
-
-def sweepable() -> dict[str, str]:
-    """``{name: section}`` of every name a sweep may vary."""
-    names = {name: "hyper" for name in Hyper.scalar_bounds()}
-    names.update({name: "support" for name in section_fields("support")})
-    names.update({name: "config" for name in section_fields("config")})
-    return names
-
-
-# ------------------------------------------------------------------ axes
-
-
-def split_top_level(text: str) -> list[str]:
-    """``"1,(2,3),4" -> ["1", "(2,3)", "4"]``: commas outside brackets separate values."""
-    parts, depth, current = [], 0, ""
-    for char in text:
-        depth += char in "([{"
-        depth -= char in ")]}"
-        if char == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += char
-    parts.append(current.strip())
-    return parts
-
-
-def parse_axis(text: str) -> tuple[str, str, Any]:
-    """A ``--sweep`` flag: ``NAME=V1,V2,…`` (a grid axis) or ``NAME=loguniform(LOW,HIGH)``,
-    ``uniform(LOW,HIGH)``, ``choice(V1,V2,…)`` (a random axis). Returns
-    ``(kind, name, values)`` with kind ``"grid"`` or ``"random"``; values stay text
-    until the sweep coerces them to the field's type."""
-    if "=" not in text:
-        raise ValueError(f"--sweep must look like NAME=V1,V2,... or NAME=loguniform(LOW,HIGH), got {text!r}")
-    name, spec = (part.strip() for part in text.split("=", 1))
-    match = re.fullmatch(r"(\w+)\((.*)\)", spec)
-    if match and match.group(1) in DISTRIBUTIONS:
-        return "random", name, {match.group(1): split_top_level(match.group(2))}
-    return "grid", name, split_top_level(spec)
-
-
-def _check_axes(experiment: Experiment) -> None:
-    spec, names = experiment.sweep, sweepable()
-    for kind, axes in (("grid", spec.grid), ("random", spec.random)):
-        for name in axes:
-            if name not in names:
-                why = "is a run setting" if name in section_fields("run") else "is not a sweepable name"
-                raise ValueError(f"sweep.{kind}: {name!r} {why}; sweepable: {', '.join(names)}")
-    both = set(spec.grid) & set(spec.random)
-    if both:
-        raise ValueError(f"sweep: {sorted(both)[0]!r} is both a grid and a random axis")
-    for name, values in spec.grid.items():
-        if not isinstance(values, list) or not values:
-            raise ValueError(f"sweep.grid.{name} must be a non-empty list of values, got {values!r}")
-    if spec.random and spec.samples < 1:
-        raise ValueError(f"sweep has random axes ({', '.join(spec.random)}) but sweep.samples is 0; "
-                         "set samples (--samples K) to the number of draws")
-    if spec.samples and not spec.random:
-        raise ValueError("sweep.samples is set but the sweep has no random axes")
-
-
-def _typed(name: str, value: Any, where: str) -> Any:
-    """``value`` as the type of sweepable field ``name`` (hyper scalars also range-checked);
-    whether it fits the rest of its setting is checked when the setting is built."""
-    section = sweepable()[name]
-    value = coerce(value, section_fields(section)[name], where)
-    return Hyper.scalar_bounds()[name].check(where, value) if section == "hyper" else value
-
-
-def _typed_distribution(name: str, dist: Any) -> dict[str, list]:
-    """Random axis ``name``'s ``{kind: args}`` checked and typed: choice values as the field's
-    type, loguniform / uniform bounds as numbers with low < high (and low > 0 for loguniform)."""
-    where = f"sweep.random.{name}"
-    if not isinstance(dist, Mapping) or len(dist) != 1 or next(iter(dist)) not in DISTRIBUTIONS:
-        raise ValueError(f"{where} must be one of {{loguniform: [low, high]}}, {{uniform: [low, high]}}, "
-                         f"{{choice: [values]}}, got {dist!r}")
-    (kind, args), = dist.items()
-    if not isinstance(args, list) or not args:
-        raise ValueError(f"{where}.{kind} must be a non-empty list, got {args!r}")
-    if kind == "choice":
-        return {kind: [_typed(name, v, f"{where}.choice[{i}]") for i, v in enumerate(args)]}
-    if sweepable()[name] != "hyper":
-        raise ValueError(f"{where}: {kind} draws numbers, so it is for hyperparameters; use choice for {name!r}")
-    try:
-        low, high = (coerce(v, float, where) for v in args)
-    except ValueError:
-        raise ValueError(f"{where}.{kind} must be [low, high], two numbers, got {args!r}") from None
-    if not low < high:
-        raise ValueError(f"{where}.{kind} needs low < high, got [{low:g}, {high:g}]")
-    if kind == "loguniform" and low <= 0:
-        raise ValueError(f"{where}.loguniform bounds must be > 0, got [{low:g}, {high:g}]")
-    return {kind: [low, high]}
-
-
-def typed_spec(experiment: Experiment) -> Experiment:
-    """The experiment with its sweep axes checked and their values typed (what the
-    resolved sweep file records). Errors name the axis and the value."""
-    _check_axes(experiment)
-    spec = experiment.sweep
-    grid = {name: [_typed(name, v, f"sweep.grid.{name}[{i}]") for i, v in enumerate(values)]
-            for name, values in spec.grid.items()}
-    random = {name: _typed_distribution(name, dist) for name, dist in spec.random.items()}
-    return dataclasses.replace(experiment, sweep=dataclasses.replace(spec, grid=grid, random=random))
-
-
-def _draw(name: str, dist: dict[str, list], rng: np.random.Generator, samples: int) -> list:
-    """``samples`` draws of random axis ``name`` from a typed ``{kind: args}``."""
-    (kind, args), = dist.items()
-    if kind == "choice":
-        return [args[i] for i in rng.integers(0, len(args), size=samples)]
-    low, high = args
-    draws = np.exp(rng.uniform(np.log(low), np.log(high), size=samples)) if kind == "loguniform" \
-        else rng.uniform(low, high, size=samples)
-    return [_typed(name, float(v), f"sweep.random.{name}") for v in draws]
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """One point of a sweep: its label, swept ``values``, static ``config`` (with the
-    chunk length the run length asks for), ``num_updates``, ``support`` and ``hyper``."""
-
-    label: str
-    values: Mapping[str, Any]
-    config: Config
-    num_updates: int
-    support: Support
-    hyper: Hyper
-
-
-def settings(experiment: Experiment) -> list[Setting]:
-    """Every setting of the sweep, each fully checked (config, env, support, hyper),
-    before anything compiles. Errors name the axis and the setting."""
-    spec = typed_spec(experiment).sweep
-    rng = np.random.default_rng(spec.sample_seed)
-    drawn = [_draw(name, dist, rng, spec.samples) for name, dist in spec.random.items()]
-    points = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())]
-    if spec.random:
-        points = [{**p, **dict(zip(spec.random, sample))} for p in points for sample in zip(*drawn)]
-    names = sweepable()
-    out, labels = [], {}
-    for values in points:
-        label = ",".join(f"{k}={format_value(v)}" for k, v in values.items())
-        try:
-            by_section = {s: {k: v for k, v in values.items() if names[k] == s} for s in ("config", "hyper", "support")}
-            point = experiment.replace(**by_section)
-            if "kappa" in values and point.support.preset != "khop":
-                raise ValueError(f"the kappa axis needs support.preset khop, got {point.support.preset!r}")
-            config, num_updates = point.schedule()
-            env = config.make_env()
-            support = point.support.build(env)
-            hyper = Hyper.create(support, **point.hyper.scalars())
-        except ValueError as err:
-            raise ValueError(f"sweep setting {label or '(base)'}: {err}") from None
-        label = label or support.name
-        labels[label] = labels.get(label, 0) + 1
-        if labels[label] > 1:  # equal draws of a random axis: keep labels unique
-            label = f"{label}#{labels[label]}"
-        out.append(Setting(label, values, config, num_updates, support, hyper))
-    return out
-
-
-# ------------------------------------------------------------------ running
 
 
 def free_memory_bytes(device: jax.Device | None = None) -> int:
@@ -340,8 +171,7 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
     """Trains a ``Plan``: program after program, group after group, then the reports."""
     log = log or (lambda line: None)
     experiment, programs, out_dir = plan_.experiment, plan_.programs, plan_.out_dir
-    write_atomic(os.path.join(out_dir, "sweep.yaml" if plan_.is_sweep else "config.yaml"),
-                 lambda tmp: open(tmp, "w").write(dump_yaml(experiment)))
+    write_text(os.path.join(out_dir, "sweep.yaml" if plan_.is_sweep else "config.yaml"), dump_yaml(experiment))
     trainers = [trainer(p.config) for p in programs]
     metric_names = sorted({m for tr in trainers for m in tr.metric_names})
     csv_hook = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from jaxpo import Config, Experiment, Hyper, cli, dump_yaml, load_yaml
+from jaxpo import Experiment, Hyper, cli, dump_yaml, load_yaml
 from jaxpo.experiment import SECTIONS, config_path, section_fields, shipped_configs, to_dict
 from jaxpo.fields import FrozenArray, choices, coerce, field_docs
 from jaxpo.losses import NORMALIZE_SCOPES

@@ -14,7 +14,8 @@ import yaml
 import jaxpo
 from jaxpo import Experiment, Hyper, load_yaml
 from jaxpo.report import read_csv
-from jaxpo.sweeps import parse_axis, plan, settings
+from jaxpo.settings import parse_axis, settings
+from jaxpo.sweeps import plan
 
 # A small program of its own (no other test compiles it): 4 agents on a ring, episodes of
 # 10 steps, so every update of 4 envs × 10 steps ends 4 episodes.
