@@ -22,7 +22,7 @@ from jaxpo.sweeps import plan
 BASE = Experiment().replace(
     config={"env": "public_goods", "env_kwargs": {"num_agents": 4, "max_steps": 10}, "num_envs": 4, "num_steps": 10,
             "updates_per_chunk": 2, "num_epochs": 1, "num_minibatches": 2, "hidden": [8]},
-    run={"steps": 160, "progress": False},  # 4 updates of 40 env steps: 2 chunks
+    run={"steps": 160, "progress": False, "bootstrap_reps": 500},  # 4 updates of 40 env steps: 2 chunks
 )
 UPDATES = 4
 
@@ -104,15 +104,19 @@ def test_each_run_trains_what_its_setting_says(grid_sweep):
     assert not np.allclose(swept["policy_loss"][kappa0], direct.metrics["policy_loss"][:4])
 
 
-def test_a_static_axis_runs_one_program_per_value_into_the_same_files(tmp_path):
-    result = jaxpo.sweep(BASE, run={"seeds": 2, "out": str(tmp_path), "name": "static"},
+def test_a_static_axis_runs_one_program_per_value_into_the_same_files(grid_sweep, tmp_path):
+    # 2 draws × 8 seeds = 16 runs per program: the num_envs=4 program is the grid sweep's
+    # (same config, same group size), so only num_envs=2 compiles.
+    _, tr, _ = grid_sweep
+    result = jaxpo.sweep(BASE, run={"seeds": 8, "out": str(tmp_path), "name": "static", "runs_per_group": 16},
                          sweep={"grid": {"num_envs": [2, 4]}, "random": {"lr": {"loguniform": [1e-3, 1e-2]}},
                                 "samples": 2})
-    assert [p.config.num_envs for p in result.programs] == [2, 4] and all(p.compiles <= 1 for p in result.programs)
+    assert [p.config.num_envs for p in result.programs] == [2, 4]
+    assert [p.compiles for p in result.programs] == [1, 0] and tr.compiles["chunk"] == 1
     metrics = read_csv(f"{tmp_path}/static/metrics.csv")
     steps = {n: set(metrics["env_steps"][metrics["num_envs"] == n]) for n in (2, 4)}
     assert max(steps[2]) == max(steps[4]) == 160  # the same env-step budget per run
-    assert len(metrics["run_id"]) == 2 * 2 * (8 + 4)  # E=2: 8 updates of 20 steps; E=4: 4 of 40
+    assert len(metrics["run_id"]) == 16 * (8 + 4)  # E=2: 8 updates of 20 steps; E=4: 4 of 40
     lrs = sorted(set(metrics["lr"]))
     assert len(lrs) == 2 and all(1e-3 <= lr <= 1e-2 for lr in lrs)
     assert len(read_csv(f"{tmp_path}/static/groups.csv")["setting"]) == 4
