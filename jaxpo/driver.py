@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxpo.config import Config, Hyper
 from jaxpo.learner import TrainState, Trainer, trainer
-from jaxpo.report import AppendCSV, final_mean, plot_curves, save_figure
+from jaxpo.report import FINAL_WINDOW, AppendCSV, final_mean, plot_curves, save_figure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +86,16 @@ class Hook:
 
 
 RUN_COLUMNS = ("run_id", "label", "setting", "seed")
+
+
+def setting_of(label: str) -> str:
+    """The setting a run belongs to: its label without the ``/seed<k>`` suffix."""
+    return label.rsplit("/seed", 1)[0]
+
+
+def env_steps_per_update(config: Config, num_updates: int) -> np.ndarray:
+    """Environment steps per run after each of ``num_updates`` updates: int ``[U]``."""
+    return config.steps_per_update * np.arange(1, num_updates + 1)
 
 
 class MetricsCSV(Hook):
@@ -209,11 +219,11 @@ class TrainResult:
     seconds: float
     compile_seconds: float
 
-    def final(self, metric: str = "return", last: float = 0.1) -> np.ndarray:
+    def final(self, metric: str = "return", last: float = FINAL_WINDOW) -> np.ndarray:
         """Mean of ``metric`` over the last ``last`` fraction of train steps, per run ``[R]``."""
         return final_mean(self.metrics[metric], last)
 
-    def final_return(self, last: float = 0.1) -> np.ndarray:
+    def final_return(self, last: float = FINAL_WINDOW) -> np.ndarray:
         """Mean return over the last ``last`` fraction of train steps, per run ``[R]``."""
         return self.final("return", last)
 
@@ -223,7 +233,7 @@ class TrainResult:
 
     def plot(self, path: str | None = None, metric: str = "return"):
         """Learning curves, mean and 95% bootstrap band over each setting's seeds."""
-        settings = [label.rsplit("/seed", 1)[0] for label in self.labels]
+        settings = [setting_of(label) for label in self.labels]
         ax = plot_curves(self.metrics[metric], self.env_steps, settings, title=self.config.env, metric=metric)
         return save_figure(ax.figure, path)
 
@@ -281,7 +291,7 @@ def train(
         hooks: more ``Hook``s called after every chunk.
     """
     tr, hyper, seeds, labels = check_batch(config, hyper, seeds, num_updates, labels)
-    runs = [Run(i, label, label.rsplit("/seed", 1)[0], int(seed)) for i, (label, seed) in enumerate(zip(labels, seeds))]
+    runs = [Run(i, label, setting_of(label), int(seed)) for i, (label, seed) in enumerate(zip(labels, seeds))]
     batch = Batch(config, runs, int(num_updates))
     hooks = list(hooks)
     if out_dir is not None:
@@ -295,7 +305,7 @@ def train(
             bar.close()
     result = TrainResult(
         config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=metrics,
-        env_steps=config.steps_per_update * np.arange(1, num_updates + 1), state=state, out_dir=out_dir,
+        env_steps=env_steps_per_update(config, num_updates), state=state, out_dir=out_dir,
         seconds=time.perf_counter() - start, compile_seconds=compile_seconds,
     )
     if out_dir is not None:

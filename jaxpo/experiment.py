@@ -176,10 +176,7 @@ class Experiment:
             unknown = [k for k in values if k not in fields]
             if unknown:
                 raise ValueError(f"unknown key {section}.{unknown[0]}; {section} has: {', '.join(fields)}")
-            typed = {k: coerce(v, fields[k], f"{section}.{k}") for k, v in values.items()}
-            if section == "hyper":
-                bounds = Hyper.scalar_bounds()
-                typed = {k: bounds[k].check(f"hyper.{k}", v) for k, v in typed.items()}
+            typed = {k: typed_value(section, k, v, f"{section}.{k}") for k, v in values.items()}
             changes[section] = dataclasses.replace(getattr(self, section), **typed)
         return dataclasses.replace(self, **changes)
 
@@ -202,9 +199,14 @@ def section_fields(section: str) -> dict[str, Any]:
     hints = type_hints(SECTIONS[section])
     if section == "hyper":
         return {name: float for name in Hyper.scalar_bounds()}
-    if section == "config":
-        hints["env_kwargs"] = Mapping
     return hints
+
+
+def typed_value(section: str, name: str, value: Any, where: str) -> Any:
+    """``value`` as the type of field ``section.name`` (hyperparameters also range-checked),
+    or a ValueError naming ``where``. Whether it fits the other fields is the section's check."""
+    value = coerce(value, section_fields(section)[name], where)
+    return Hyper.scalar_bounds()[name].check(where, value) if section == "hyper" else value
 
 
 def from_dict(data: Any, base: Experiment | None = None, source: str = "config") -> Experiment:

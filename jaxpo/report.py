@@ -121,8 +121,6 @@ def read_csv(path: str) -> dict[str, np.ndarray | list]:
     return out
 
 
-read_metrics_csv = read_csv
-
 
 # ------------------------------------------------------------------ statistics
 
@@ -180,8 +178,12 @@ def group_statistics(scores: dict[str, np.ndarray], reps: int = 2000, seed: int 
     finite = {k: v[np.isfinite(v)].reshape(-1, 1) for k, v in scores.items()}
     usable = {k: v for k, v in finite.items() if len(v)}
     both = lambda x: np.array([rmetrics.aggregate_mean(x), rmetrics.aggregate_iqm(x)])
-    np.random.seed(seed)  # rliable's bootstrap draws from numpy's global generator
-    points, intervals = rly.get_interval_estimates(usable, both, reps=reps) if usable else ({}, {})
+    global_state = np.random.get_state()  # rliable's bootstrap draws from numpy's global generator:
+    np.random.seed(seed)  # seed it for reproducible intervals, and leave the caller's stream as it was
+    try:
+        points, intervals = rly.get_interval_estimates(usable, both, reps=reps) if usable else ({}, {})
+    finally:
+        np.random.set_state(global_state)
     out = {}
     for setting, values in finite.items():
         stats = dict.fromkeys(GROUP_STATS, math.nan)

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from jaxpo.config import Config, Hyper
-from jaxpo.experiment import Experiment, format_value, section_fields
+from jaxpo.experiment import Experiment, format_value, section_fields, typed_value
 from jaxpo.fields import coerce
 from jaxpo.support import Support
 
@@ -85,11 +85,9 @@ def _check_axes(experiment: Experiment) -> None:
 
 
 def _typed(name: str, value: Any, where: str) -> Any:
-    """``value`` as the type of sweepable field ``name`` (hyper scalars also range-checked);
-    whether it fits the rest of its setting is checked when the setting is built."""
-    section = sweepable()[name]
-    value = coerce(value, section_fields(section)[name], where)
-    return Hyper.scalar_bounds()[name].check(where, value) if section == "hyper" else value
+    """``value`` as the type of sweepable field ``name``; whether it fits the rest of its
+    setting is checked when the setting is built."""
+    return typed_value(sweepable()[name], name, value, where)
 
 
 def _typed_distribution(name: str, dist: Any) -> dict[str, list]:

@@ -24,7 +24,8 @@ import jax
 import numpy as np
 
 from jaxpo.config import Config, Hyper
-from jaxpo.driver import Batch, Hook, MetricsCSV, ProgressBar, Run, ensure_writable, run_batch
+from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Run, ensure_writable,
+                          env_steps_per_update, run_batch)
 from jaxpo.experiment import Experiment, dump_yaml, from_dict, load_yaml
 from jaxpo.learner import Trainer, trainer
 from jaxpo.report import GROUP_STATS, group_statistics, plot_curves, run_summary, save_figure, write_csv, write_text
@@ -70,7 +71,7 @@ class Program:
 
     @property
     def env_steps(self) -> np.ndarray:
-        return self.config.steps_per_update * np.arange(1, self.num_updates + 1)
+        return env_steps_per_update(self.config, self.num_updates)
 
 
 @dataclasses.dataclass
@@ -224,7 +225,7 @@ def _write_reports(result: SweepResult, is_sweep: bool) -> None:
                                    **{a: run.values[a] for a in axes},
                                    "env_steps": int(program.env_steps[-1]),
                                    **{n: float(v[r]) for n, v in stats.items()}})
-    header = ["run_id", "label", "setting", "seed", *axes, "env_steps", *summary_names]
+    header = [*RUN_COLUMNS, *axes, "env_steps", *summary_names]
     write_csv(os.path.join(result.out_dir, "summary.csv"), header,
               [[row.get(h, float("nan")) for h in header] for row in result.summary])
 

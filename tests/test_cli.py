@@ -10,7 +10,7 @@ import pytest
 
 from jaxpo import cli
 from jaxpo.networks import MASKED_LOGIT
-from jaxpo.report import read_metrics_csv
+from jaxpo.report import read_csv
 from jaxpo import Config, trainer
 from runtools import completed_episodes
 
@@ -44,7 +44,7 @@ def test_default_experiment_learns(tmp_path, capsys):
     assert "signal = S_R @ S_A" in out and "khop(k=1)" in out
     assert "return (mean episode return per agent): before" in out
 
-    csv = read_metrics_csv(str(tmp_path / "default" / "metrics.csv"))
+    csv = read_csv(str(tmp_path / "default" / "metrics.csv"))
     returns = csv["return"]
     assert len(returns) == LEARN_STEPS // Config().steps_per_update
     assert (tmp_path / "default" / "learning_curve.png").stat().st_size > 10_000

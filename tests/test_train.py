@@ -11,7 +11,7 @@ import pytest
 import jaxpo
 from jaxpo import support
 from jaxpo import Config, Hyper, runs, train, trainer
-from jaxpo.report import read_metrics_csv
+from jaxpo.report import read_csv
 
 UPDATES = 4
 TINY = Config(
@@ -92,7 +92,7 @@ def test_one_hyper_broadcasts_over_seeds():
 
 
 def test_results_on_disk(result):
-    csv = read_metrics_csv(f"{result.out_dir}/metrics.csv")
+    csv = read_csv(f"{result.out_dir}/metrics.csv")
     assert len(csv["label"]) == 4 * UPDATES
     # appended chunk by chunk: rows are (chunk, run, update) ordered; select run 0 by label
     first = np.array(csv["label"]) == "ippo/seed0"
