@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
 import typing
 
 import numpy as np
 
+from jaxpo import parallel
 from jaxpo.experiment import SECTIONS, Experiment, dump_yaml, load_yaml, section_fields, to_dict
 from jaxpo.fields import choices, coerce, describe, field_docs, optional_inner
 from jaxpo.report import final_mean
@@ -121,8 +123,47 @@ def build_parser() -> argparse.ArgumentParser:
         for section in SECTIONS:
             if section != "sweep" or command == "sweep":
                 _add_section(cmd, section)
+        _add_processes(cmd)
     sub.add_parser("envs", help="list environment names")
     return parser
+
+
+def _add_processes(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "many processes (hosts)",
+        "Start the same command on every process; the runs (or, with --parallel envs, each run's environments) "
+        "are split over all their devices, and process 0 writes every output.")
+    env = lambda name, type_=str: None if os.environ.get(name) is None else _env_value(name, type_)
+    group.add_argument("--coordinator", metavar="HOST:PORT", default=env("JAX_COORDINATOR_ADDRESS"),
+                       help="address of process 0, the same for every process (default: $JAX_COORDINATOR_ADDRESS)")
+    group.add_argument("--num-processes", type=int, metavar="P", default=env("JAX_NUM_PROCESSES", int),
+                       help="number of processes (default: $JAX_NUM_PROCESSES)")
+    group.add_argument("--process-id", type=int, metavar="I", default=env("JAX_PROCESS_ID", int),
+                       help="this process's index in [0, P) (default: $JAX_PROCESS_ID)")
+    group.add_argument("--distributed", action="store_true",
+                       help="join a cluster JAX finds itself (TPU pod slices, SLURM, Open MPI): the same command "
+                            "on every worker, no other flag")
+    group.add_argument("--peer-timeout", type=int, default=30, metavar="SECONDS",
+                       help="end with an error when the coordinator cannot be reached, or a peer stops "
+                            "answering, for this long (default: 30)")
+
+
+def _env_value(name: str, type_: type) -> object:
+    try:
+        return type_(os.environ[name])
+    except ValueError:
+        raise SystemExit(f"jaxpo: error: environment variable {name} must be an integer, "
+                         f"got {os.environ[name]!r}") from None
+
+
+def start_processes(args: argparse.Namespace) -> None:
+    """Joins a multi-process run when the flags ask for one (before JAX starts)."""
+    flags = (args.coordinator, args.num_processes, args.process_id)
+    if args.distributed and any(f is not None for f in flags):
+        raise ValueError("--distributed finds the cluster itself; give it without --coordinator, --num-processes "
+                         "and --process-id")
+    if args.distributed or any(f is not None for f in flags):
+        parallel.initialize(*flags, timeout_s=args.peer_timeout)
 
 
 def experiment_from_args(args: argparse.Namespace) -> Experiment:
@@ -163,12 +204,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         if args.command == "train" and experiment.sweep.axes:
             raise ValueError("this experiment has a sweep section; run it with `jaxpo sweep`")
+        start_processes(args)
         ready = plan(experiment)
-    except ValueError as err:
+    except (ValueError, ConnectionError) as err:
         return _error(args.command, err)
-    if args.command == "train":
-        return _train(ready)
-    return _sweep(ready)
+    return parallel.exit_on_error(_train if args.command == "train" else _sweep, ready)
 
 
 def _train(ready) -> int:

@@ -26,11 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxpo import envs
+from jaxpo import envs, sparse
 from jaxpo.fields import choices, freeze, thaw, type_hints
 from jaxpo.losses import AdvNorm
 from jaxpo.networks import Activation
+from jaxpo.parallel import Parallel
 from jaxpo.rollout import CriticInput
+from jaxpo.sparse import SupportForm
 from jaxpo.support import Support
 
 AggregateIn = Literal["advantage", "reward"]
@@ -72,6 +74,9 @@ class Config:
         recurrent: GRU actor and critic, hidden states reset exactly where episodes start.
         seq_len: recurrent only: training sequence length L (must divide num_steps;
             none = the whole rollout).
+        parallel: how a program uses D devices: "runs" splits the runs (seeds, settings)
+            over them; "envs" splits each run's environments over them, data parallel
+            (num_envs must be a multiple of D), for runs too large for one device.
     """
 
     env: str = "MPE_simple_spread_v3"
@@ -92,6 +97,7 @@ class Config:
     value_loss: ValueLoss = "mse"
     recurrent: bool = False
     seq_len: int | None = None
+    parallel: Parallel = "runs"
 
     def __post_init__(self):
         if not isinstance(self.env, str) or not self.env:
@@ -203,10 +209,12 @@ def _scalar(default: float, bounds: Bounds):
 class Hyper:
     """Traced hyperparameters — arrays inside the program, so a batch of them is vmapped.
 
-    Scalars are float32 ``[]`` (``[R]`` when batched over R runs); ``S_A``, ``S_R``
-    are float32 ``[N, N]`` (``[R, N, N]``). Build one with ``Hyper.create(support,
-    **scalars)``; a ``Hyper()`` of Python floats without matrices holds the defaults
-    (the ``hyper`` section of an experiment).
+    Scalars are float32 ``[]`` (``[R]`` when batched over R runs). ``S_A``, ``S_R`` are
+    each a float32 ``[N, N]`` array (``[R, N, N]``) or, for a sparse support, its padded
+    neighbour lists (``jaxpo.sparse.NeighbourLists``, leaves ``[N, K]`` / ``[R, N, K]``;
+    ``.shape`` is still ``[R,] N, N``): S_A by rows, S_R by columns. Build one with
+    ``Hyper.create(support, **scalars)``; a ``Hyper()`` of Python floats without
+    matrices holds the defaults (the ``hyper`` section of an experiment).
 
     Attributes:
         lr: Adam learning rate.
@@ -217,8 +225,8 @@ class Hyper:
         ent_coef: entropy-bonus coefficient.
         max_grad_norm: global gradient-norm clip.
         huber_delta: δ of the Huber value loss (value_loss huber only).
-        S_A: advantage support ``[N, N]``, from the support.
-        S_R: ratio support ``[N, N]``, from the support.
+        S_A: advantage support ``[N, N]`` (or its row lists), from the support.
+        S_R: ratio support ``[N, N]`` (or its column lists), from the support.
     """
 
     lr: Any = _scalar(3e-3, POSITIVE)
@@ -242,9 +250,14 @@ class Hyper:
         return {name: getattr(self, name) for name in self.scalar_bounds()}
 
     @classmethod
-    def create(cls, support: Support, **scalars: float) -> "Hyper":
+    def create(cls, support: Support, *, support_form: SupportForm = "auto", **scalars: float) -> "Hyper":
         """One run's hyperparameters as float32 (numpy) arrays; ``support`` gives S_A and S_R,
-        omitted scalars take their defaults. Raises ValueError naming a bad value."""
+        omitted scalars take their defaults. Raises ValueError naming a bad value.
+
+        ``support_form``: "auto" stores each matrix as neighbour lists when it is sparse
+        (N ≥ 32 and at most N/16 non-zeros per row of S_A / column of S_R; see
+        ``jaxpo.sparse``) and dense otherwise; "dense" / "sparse" force one form. Both
+        forms give the same objective (up to float rounding of the sums)."""
         bounds = cls.scalar_bounds()
         unknown = sorted(set(scalars) - set(bounds))
         if unknown:
@@ -257,16 +270,20 @@ class Hyper:
         # numpy, not device arrays: a sweep builds thousands of these; stacking moves them once
         return cls(
             **{k: np.asarray(v, np.float32) for k, v in values.items()},
-            S_A=np.asarray(support.S_A, np.float32),
-            S_R=np.asarray(support.S_R, np.float32),
+            S_A=sparse.choose_form(support.S_A, support_form),
+            S_R=sparse.choose_form(support.S_R, support_form, by_column=True),
         )
 
     @staticmethod
     def stack(hypers: Sequence["Hyper"]) -> "Hyper":
-        """Stacks R single-run ``Hyper`` values into one batched ``Hyper`` ``[R, ...]``."""
+        """Stacks R single-run ``Hyper`` values into one batched ``Hyper`` ``[R, ...]``.
+
+        Sparse matrices are padded to the batch's largest K (``jaxpo.sparse.stack``); a
+        batch mixing dense and sparse forms of one matrix is stacked dense."""
         if not hypers:
             raise ValueError("hypers must be a non-empty sequence of Hyper")
         shapes = {np.shape(h.S_A) for h in hypers}
         if len(shapes) != 1:
             raise ValueError(f"all hypers must have the same number of agents, got S_A shapes {sorted(shapes)}")
-        return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *hypers)
+        scalars = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *(h.replace(S_A=None, S_R=None) for h in hypers))
+        return scalars.replace(S_A=sparse.stack([h.S_A for h in hypers]), S_R=sparse.stack([h.S_R for h in hypers]))

@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxpo.config import Config, Hyper
 from jaxpo.learner import TrainState, Trainer, trainer
+from jaxpo.parallel import gather, is_main_process, padded_size, put
 from jaxpo.report import FINAL_WINDOW, AppendCSV, final_mean, plot_curves, save_figure
 
 
@@ -137,11 +138,12 @@ class ProgressBar(Hook):
 
 
 def pad_runs(tree: Any, size: int) -> Any:
-    """Leaves ``[R, ...] -> [size, ...]`` by repeating the last run (R ≤ size): a batch of
-    fewer runs reuses the program compiled for ``size``; padded rows are dropped after."""
+    """Host leaves ``[R, ...] -> [size, ...]`` by repeating the last run (R ≤ size): a
+    batch of fewer runs reuses the program compiled for ``size``, or fills every device;
+    padded rows are dropped after."""
     def pad(x):
-        extra = size - x.shape[0]
-        return x if extra == 0 else jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)])
+        x = np.asarray(x)
+        return np.concatenate([x, np.repeat(x[-1:], size - x.shape[0], axis=0)])
 
     return jax.tree.map(pad, tree)
 
@@ -151,14 +153,16 @@ def run_batch(tr: Trainer, hyper: Hyper, seeds: np.ndarray, batch: Batch, hooks:
     """Trains ``batch`` (R runs: ``hyper`` ``[R, ...]``, ``seeds`` ``[R]``) for
     ``batch.num_updates`` updates, calling ``hooks`` after every chunk.
 
-    ``pad_to``: run the program compiled for that many runs (≥ R). Returns the final
-    batched state (padding included), metrics name -> float64 ``[R, U]`` and the
-    seconds of the first chunk (compile included).
+    ``pad_to``: run the program compiled for that many runs (≥ R); either way the runs
+    are padded to a multiple of ``tr.run_multiple`` (the devices they are split over).
+    Every process of a multi-process run calls this with the same arguments. Returns
+    the final batched state (padding included; global arrays), metrics name -> float64
+    ``[R, U]`` (on every process) and the seconds of the first chunk (compile included).
     """
     num_runs, cfg = len(seeds), tr.config
-    size = pad_to or num_runs
-    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(np.asarray(seeds), jnp.uint32))
-    hyper, keys = pad_runs(hyper, size), pad_runs(keys, size)
+    size = padded_size(pad_to or num_runs, tr.run_multiple)
+    keys = np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.asarray(np.asarray(seeds), jnp.uint32)))
+    hyper, keys = put(pad_runs((hyper, keys), size), tr.run_sharding)
     for hook in hooks:
         hook.start(batch)
     start = time.perf_counter()
@@ -166,7 +170,7 @@ def run_batch(tr: Trainer, hyper: Hyper, seeds: np.ndarray, batch: Batch, hooks:
     chunks, first_chunk_seconds = [], math.nan
     for i in range(batch.num_chunks):
         state, metrics = tr.chunk_runs(state, hyper)
-        metrics = {k: np.asarray(v[:num_runs], np.float64) for k, v in jax.device_get(metrics).items()}
+        metrics = {k: np.asarray(v[:num_runs], np.float64) for k, v in gather(metrics).items()}
         seconds = time.perf_counter() - start
         if i == 0:
             first_chunk_seconds = seconds
@@ -286,17 +290,17 @@ def train(
         num_updates: train steps per run, a multiple of ``config.updates_per_chunk``.
         labels: R run names for the CSV and plot (default ``run{i}``).
         out_dir: if given, ``metrics.csv`` (appended per chunk) and ``learning_curve.png``
-            are written there.
-        progress: show a progress bar over chunks.
-        hooks: more ``Hook``s called after every chunk.
+            are written there (by the main process only, in a multi-process run).
+        progress: show a progress bar over chunks (main process only).
+        hooks: more ``Hook``s called after every chunk, on every process.
     """
     tr, hyper, seeds, labels = check_batch(config, hyper, seeds, num_updates, labels)
     runs = [Run(i, label, setting_of(label), int(seed)) for i, (label, seed) in enumerate(zip(labels, seeds))]
     batch = Batch(config, runs, int(num_updates))
-    hooks = list(hooks)
-    if out_dir is not None:
+    hooks, writer = list(hooks), is_main_process()
+    if out_dir is not None and writer:
         hooks.append(MetricsCSV(os.path.join(ensure_writable(out_dir), "metrics.csv"), (), tr.metric_names))
-    bar = ProgressBar(batch.num_chunks) if progress else None
+    bar = ProgressBar(batch.num_chunks) if progress and writer else None
     start = time.perf_counter()
     try:
         state, metrics, compile_seconds = run_batch(tr, hyper, seeds, batch, hooks + ([bar] if bar else []))
@@ -308,6 +312,6 @@ def train(
         env_steps=env_steps_per_update(config, num_updates), state=state, out_dir=out_dir,
         seconds=time.perf_counter() - start, compile_seconds=compile_seconds,
     )
-    if out_dir is not None:
+    if out_dir is not None and writer:
         result.plot(os.path.join(out_dir, "learning_curve.png"))
     return result

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxpo.losses import mean_std, pmean
 from jaxpo.rollout import shuffled_minibatches
 
 ActorApply = Callable[[Any, jax.Array, jax.Array], Any]  # -> a distribution (categorical or Gaussian)
@@ -110,6 +111,7 @@ def sequential_actor_trace(
     num_epochs: int,
     num_minibatches: int,
     extra_inputs: tuple = (),
+    axis_name: str | None = None,
 ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """The sequential HAPPO actor update, with per-position diagnostics.
 
@@ -139,6 +141,9 @@ def sequential_actor_trace(
         ``obs`` and ``action_mask`` to ``actor_apply`` (recurrent actors: the hidden
         state at each sequence's start ``[B, N, H]`` and the ``first`` flags
         ``[B, N, L]``).
+      axis_name: when the batch is split over the devices of this mapped axis (data
+        parallel), the loss is averaged over them before differentiating, so every
+        device takes the same step (``key`` should differ per device: its own shuffles).
 
     Returns:
       ``(actor_params, opt_state, trace)``. Agents not in ``order`` are returned
@@ -177,7 +182,9 @@ def sequential_actor_trace(
         entropy = jnp.mean(dist.entropy())
         return pi_loss - ent_coef * entropy, {"policy_loss": pi_loss, "entropy": entropy, **metrics}
 
-    grad_fn = jax.grad(loss_fn, has_aux=True)
+    # The gradient of the devices' mean loss (the gradient w.r.t. replicated params is
+    # already summed over the axis; a pmean of local gradients would be D× too large).
+    grad_fn = jax.grad(lambda params_m, minibatch: pmean(loss_fn(params_m, minibatch), axis_name), has_aux=True)
 
     def minibatch_step(carry, minibatch):
         params_m, opt_m = carry
@@ -225,6 +232,7 @@ def sequential_actor_update(
     num_epochs: int,
     num_minibatches: int,
     extra_inputs: tuple = (),
+    axis_name: str | None = None,
 ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """The sequential HAPPO actor update with scalar metrics (arguments: ``sequential_actor_trace``).
 
@@ -239,18 +247,19 @@ def sequential_actor_update(
     """
     actor_params, opt_state, trace = sequential_actor_trace(
         actor_apply, actor_params, opt_state, optimizer, batch, advantages, order, key,
-        clip_eps, ent_coef, num_epochs, num_minibatches, extra_inputs,
+        clip_eps, ent_coef, num_epochs, num_minibatches, extra_inputs, axis_name,
     )
     factor = trace["factor"].reshape(order.shape[0], -1)  # [K, B] (× L)
+    extreme = lambda reduce, x: x if axis_name is None else reduce(x, axis_name)
     metrics = {
         "policy_loss": jnp.sum(trace["policy_loss"]),
         "entropy": jnp.sum(trace["entropy"]),
         "clip_frac": jnp.mean(trace["clip_frac"]),
         "approx_kl": jnp.mean(trace["approx_kl"]),
-        "factor_mean": jnp.mean(factor),
-        "factor_std": jnp.mean(jnp.std(factor, axis=1)),
-        "factor_min": jnp.min(factor),
-        "factor_max": jnp.max(factor),
-        "joint_ratio_dev": jnp.mean(jnp.abs(trace["joint_ratio"] - 1.0)),
+        "factor_mean": pmean(jnp.mean(factor), axis_name),
+        "factor_std": jnp.mean(mean_std(factor, (1,), axis_name)[1]),
+        "factor_min": extreme(jax.lax.pmin, jnp.min(factor)),
+        "factor_max": extreme(jax.lax.pmax, jnp.max(factor)),
+        "joint_ratio_dev": pmean(jnp.mean(jnp.abs(trace["joint_ratio"] - 1.0)), axis_name),
     }
     return actor_params, opt_state, metrics

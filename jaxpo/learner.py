@@ -3,25 +3,29 @@
 One train step = rollout → per-agent GAE → S_A aggregation → epochs × minibatches of
 the support-matrix PPO update (or exact sequential HAPPO). A chunk is a ``lax.scan``
 of K steps; ``Trainer.init_runs`` / ``chunk_runs`` are their jitted forms vmapped over
-a leading run axis R. Nothing here touches the host: the driver (``jaxpo.driver``)
-loops over chunks.
+a leading run axis R and laid out on a device mesh (``jaxpo.parallel``): the runs
+split over the devices, or each run's environments split over them. Nothing here
+touches the host: the driver (``jaxpo.driver``) loops over chunks.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxpo import envs, happo, losses, valuenorm
 from jaxpo.config import Config, Hyper
 from jaxpo.gae import gae
 from jaxpo.networks import ActorCritic
+from jaxpo.parallel import ENV_AXIS, make_mesh
 from jaxpo.rollout import RolloutState, critic_input_dim, reset, rollout, shuffled_minibatches, to_sequences
 from jaxpo.support import ippo
 
@@ -51,11 +55,24 @@ class Trainer:
       ``step(state, hyper) -> (state, metrics)`` — one train step: rollout → GAE →
         aggregation → epochs × minibatches.
       ``chunk(state, hyper) -> (state, metrics [K])`` — ``lax.scan`` of K steps.
-    Batched, jitted versions over a leading run axis R: ``init_runs``, ``chunk_runs``.
+    Batched, jitted versions over a leading run axis R: ``init_runs``, ``chunk_runs``,
+    on a mesh over ``devices`` (default: all of every process) per ``config.parallel``:
+
+    * ``"runs"``: every ``[R, ...]`` leaf of state, hyperparameters and metrics split
+      over the D devices along R (R a multiple of D; see ``run_multiple``); no
+      collective in the program.
+    * ``"envs"``: ``shard_map`` over the environments; each device steps E/D of every
+      run's environments (the rollout state split along E), parameters, optimiser and
+      normaliser state replicated; statistics, loss and metrics averaged over devices.
     """
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, devices: tuple[jax.Device, ...] | None = None):
         self.config = config
+        self.mesh = make_mesh(config.parallel, devices)
+        self.num_devices = self.mesh.size
+        self.axis = ENV_AXIS if config.parallel == "envs" else None
+        if config.parallel == "envs":
+            _check_env_split(config, self.num_devices)
         self.env = envs.AutoReset(config.make_env())
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
         self.net = ActorCritic.create(
@@ -71,8 +88,30 @@ class Trainer:
         )
         # Counts of programs built (a trace happens exactly once per compiled signature).
         self.compiles = {"init": 0, "chunk": 0}
-        self.init_runs = jax.jit(self._counted("init", jax.vmap(self.init)))
-        self.chunk_runs = jax.jit(self._counted("chunk", jax.vmap(self.chunk)), donate_argnums=0)
+        state_sharding, self.run_sharding, self._chunk_program = self._layout()
+        self.init_runs = jax.jit(self._counted("init", jax.vmap(self.init)),
+                                 in_shardings=self.run_sharding, out_shardings=state_sharding)
+        self.chunk_runs = jax.jit(self._counted("chunk", self._chunk_program), donate_argnums=0,
+                                  in_shardings=(state_sharding, self.run_sharding),
+                                  out_shardings=(state_sharding, self.run_sharding))
+
+    @property
+    def run_multiple(self) -> int:
+        """Batches of runs must have a multiple of this many (the devices, when the runs
+        are split over them)."""
+        return self.num_devices if self.config.parallel == "runs" else 1
+
+    def _layout(self) -> tuple[Any, NamedSharding, Any]:
+        """``(state sharding, sharding of per-run inputs and metrics, batched chunk)``."""
+        if self.config.parallel == "runs":
+            runs_split = NamedSharding(self.mesh, P("runs"))
+            return runs_split, runs_split, jax.vmap(self.chunk)
+        replicated = NamedSharding(self.mesh, P())
+        # Data parallel: the rollout state [R, E, ...] split along E; the rest replicated.
+        spec = TrainState(params=P(), opt_state=P(), rollout=P(None, ENV_AXIS),
+                          value_norm=P() if self.config.value_norm else None, key=P(), update=P())
+        mapped = jax.shard_map(jax.vmap(self.chunk), mesh=self.mesh, in_specs=(spec, P()), out_specs=(spec, P()))
+        return jax.tree.map(lambda p: NamedSharding(self.mesh, p), spec), replicated, mapped
 
     def _counted(self, name: str, fn):
         def traced(*args):
@@ -94,7 +133,9 @@ class Trainer:
     @functools.cached_property
     def metric_names(self) -> tuple[str, ...]:
         """The names of the per-update metrics ``step`` returns (sorted), by tracing only."""
-        return tuple(sorted(jax.eval_shape(self.step, *self._abstract_run)[1]))
+        batched = lambda x: jax.ShapeDtypeStruct((self.run_multiple, *x.shape), x.dtype)
+        abstract = jax.tree.map(batched, self._abstract_run)
+        return tuple(sorted(jax.eval_shape(self._chunk_program, *abstract)[1]))
 
     def bytes_per_run(self) -> int:
         """An estimate of one run's peak memory in the chunk program: the train state
@@ -190,18 +231,25 @@ class Trainer:
         ``loss_fn(params, batch, advantages, targets, hyper)`` on reshuffled minibatches
         of ``data`` (``[B, ...]`` leaves). With value normalisation the statistics are
         first updated with the minibatch's returns, which are then normalised
-        (MAPPO's reference order). Returns ``((params, opt_state, value_norm), metrics)``.
+        (MAPPO's reference order). Returns ``((params, opt_state, value_norm), metrics)``,
+        metrics being ``loss_fn``'s and ``grad_norm`` (the gradient's global norm before
+        clipping), each ``[num_epochs, num_minibatches]``.
         """
         cfg = self.config
-        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        # Data parallel: the gradient of the devices' mean loss. (The gradient w.r.t.
+        # replicated params is already summed over the axis, so a pmean of local
+        # gradients would be D× too large.)
+        mean_loss = lambda *args: losses.pmean(loss_fn(*args), self.axis)
+        grad_fn = jax.value_and_grad(mean_loss, has_aux=True)
 
         def minibatch_update(carry, minibatch):
             params, opt_state, norm = carry
             batch, adv, tgt = minibatch
             if cfg.value_norm:
-                norm = valuenorm.update(norm, tgt)
+                norm = valuenorm.update(norm, tgt, axis_name=self.axis)
                 tgt = valuenorm.normalize(norm, tgt)
             (_, metrics), grads = grad_fn(params, batch, adv, tgt, hyper)
+            metrics = {**metrics, "grad_norm": optax.global_norm(grads)}  # before clipping
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state, norm), metrics
 
@@ -232,14 +280,17 @@ class Trainer:
         )
         if cfg.aggregate_in == "advantage":
             advantages = losses.aggregate_advantages(advantages, hyper.S_A)
-        return losses.normalize_advantages(advantages, cfg.adv_norm), targets
+        return losses.normalize_advantages(advantages, cfg.adv_norm, self.axis), targets
 
     def step(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, jax.Array]]:
         cfg = self.config
         key, key_rollout, key_epochs = jax.random.split(state.key, 3)
         rollout_state, traj = rollout(
-            self.env, self.net, state.params, state.rollout, key_rollout, cfg.num_steps, cfg.critic_input
+            self.env, self.net, state.params, state.rollout, key_rollout, cfg.num_steps, cfg.critic_input,
+            axis_name=self.axis,
         )
+        if self.axis is not None:  # each device shuffles its own share of the batch
+            key_epochs = jax.random.fold_in(key_epochs, jax.lax.axis_index(self.axis))
         advantages, targets = self.advantages(state, traj, hyper)
 
         # [T, E] -> [S, L]: S sequences of L steps (L = 1 feed-forward); agents stay
@@ -261,7 +312,7 @@ class Trainer:
             actor, actor_opt, actor_metrics = happo.sequential_actor_update(
                 self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
                 batch, actor_advantages, order, key_actor, hyper.clip_eps, hyper.ent_coef,
-                cfg.num_epochs, cfg.num_minibatches, extra_inputs=extra,
+                cfg.num_epochs, cfg.num_minibatches, extra_inputs=extra, axis_name=self.axis,
             )
             (critic, critic_opt, norm), critic_metrics = self._epochs(
                 self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,
@@ -271,14 +322,15 @@ class Trainer:
             opt_state = {"actor": actor_opt, "critic": critic_opt}
             loss_metrics = {**actor_metrics, **critic_metrics}
 
-        episodes = jnp.sum(traj.episode_length > 0)
-        mean_or_nan = lambda total: jnp.where(episodes > 0, total / jnp.maximum(episodes, 1), jnp.nan)
+        total = lambda x: jnp.sum(x) if self.axis is None else jax.lax.psum(jnp.sum(x), self.axis)
+        episodes = total(traj.episode_length > 0)
+        mean_or_nan = lambda x: jnp.where(episodes > 0, total(x) / jnp.maximum(episodes, 1), jnp.nan)
         metrics = {
-            "return": mean_or_nan(traj.episode_return.sum()),
-            "episode_length": mean_or_nan(traj.episode_length.sum().astype(jnp.float32)),
+            "return": mean_or_nan(traj.episode_return),
+            "episode_length": mean_or_nan(traj.episode_length.astype(jnp.float32)),
             "episodes": episodes,
-            "reward": traj.reward.mean(),
-            **({} if traj.episode_won is None else {"win_rate": mean_or_nan(traj.episode_won.sum())}),
+            "reward": losses.pmean(traj.reward.mean(), self.axis),
+            **({} if traj.episode_won is None else {"win_rate": mean_or_nan(traj.episode_won)}),
             **jax.tree.map(jnp.mean, loss_metrics),
         }
         new_state = TrainState(
@@ -295,13 +347,29 @@ class Trainer:
         )
 
 
-@functools.lru_cache(maxsize=16)
-def trainer(config: Config) -> Trainer:
-    """The (cached) ``Trainer`` for ``config``: every run with this static config, of any
-    length, in any sweep, shares it and its compiled programs."""
+def trainer(config: Config, devices: Sequence[jax.Device] | None = None) -> Trainer:
+    """The (cached) ``Trainer`` for ``config`` on ``devices`` (default: every device of
+    every process): every run with this static config, of any length, in any sweep,
+    shares it and its compiled programs."""
     if not isinstance(config, Config):
         raise ValueError(f"config must be a jaxpo.Config, got {type(config).__name__}")
-    return Trainer(config)
+    return _trainer(config, tuple(jax.devices() if devices is None else devices))
+
+
+@functools.lru_cache(maxsize=16)
+def _trainer(config: Config, devices: tuple[jax.Device, ...]) -> Trainer:
+    return Trainer(config, devices)
+
+
+def _check_env_split(config: Config, num_devices: int) -> None:
+    """Data parallel needs equal shares: E and each device's minibatches divide evenly."""
+    if config.num_envs % num_devices:
+        raise ValueError(f"Config.parallel='envs' splits num_envs ({config.num_envs}) over {num_devices} devices: "
+                         f"num_envs must be a multiple of {num_devices}")
+    if (config.num_sequences // num_devices) % config.num_minibatches:
+        raise ValueError(f"Config.parallel='envs': num_minibatches ({config.num_minibatches}) must divide each "
+                         f"device's {config.num_sequences // num_devices} training samples per update "
+                         f"(num_envs * num_steps / sequence length / {num_devices} devices)")
 
 
 def tree_bytes(tree: Any) -> int:

@@ -11,19 +11,24 @@ Pure functions. N agents; the last axis of every per-agent array is the agent ax
   per-agent parameters give agent k exactly its own single-agent PPO gradient.
 
 Every matrix, ε and coefficient may be a traced value (the train function is
-vmapped over them), so none of them enters Python control flow. Data inputs
-(old log-probs, advantages, old values, returns) are wrapped in ``stop_gradient``:
+vmapped over them), so none of them enters Python control flow. A support is either
+a dense ``[N, N]`` array or its padded neighbour lists (``jaxpo.sparse``, chosen by
+``Hyper.create``); the aggregation functions dispatch on that type, statically.
+Data inputs (old log-probs, advantages, old values, returns) are wrapped in ``stop_gradient``:
 gradients flow only through the current ``log_prob``, ``values`` and ``entropy``.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import chex
 import jax
 import jax.numpy as jnp
 import optax
+
+from jaxpo import sparse
+from jaxpo.sparse import NeighbourLists
 
 AdvNorm = Literal["none", "batch", "agent"]  # advantage-normalisation scopes
 NORMALIZE_SCOPES: tuple[str, ...] = get_args(AdvNorm)
@@ -33,42 +38,55 @@ _EPS = 1e-8
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
-def _check_support(x: chex.Array, S: chex.Array) -> None:
+def _check_support(x: chex.Array, S: chex.Array | NeighbourLists, name: str, by_column: bool) -> None:
     if jnp.ndim(x) < 1:
         raise ValueError(f"expected a trailing agent axis [..., N]; got shape {jnp.shape(x)}")
     n = jnp.shape(x)[-1]
+    if isinstance(S, NeighbourLists):
+        if S.by_column != by_column:
+            lists = "columns" if by_column else "rows"
+            raise ValueError(f"{name} as neighbour lists must list its {lists} (by_column={by_column})")
+        if S.shape != (n, n):
+            raise ValueError(f"{name} must stand for an [N, N] = [{n}, {n}] matrix, got lists {jnp.shape(S.index)}")
+        return
     chex.assert_shape(S, (n, n))
 
 
-def aggregate_advantages(advantages: chex.Array, S_A: chex.Array) -> chex.Array:
+def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourLists) -> chex.Array:
     """Term advantages ``Â_i = Σ_j S_A[i, j] A_j``.
 
     Args:
       advantages: ``[..., N]`` per-agent advantages A_j.
-      S_A: ``[N, N]`` advantage support (row i = weights of term i).
+      S_A: ``[N, N]`` advantage support (row i = weights of term i), or its row lists
+        (``jaxpo.sparse.NeighbourLists``, ``[N, K]`` leaves: O(N·K) instead of O(N²)).
 
     Returns:
       ``[..., N]`` term advantages Â_i.
     """
-    _check_support(advantages, S_A)
+    _check_support(advantages, S_A, "S_A", by_column=False)
+    if isinstance(S_A, NeighbourLists):
+        return sparse.aggregate(advantages, S_A)
     return jnp.einsum("...j,ij->...i", advantages, S_A, precision=_HIGHEST)
 
 
-def aggregate_log_ratio(log_ratio: chex.Array, S_R: chex.Array) -> chex.Array:
+def aggregate_log_ratio(log_ratio: chex.Array, S_R: chex.Array | NeighbourLists) -> chex.Array:
     """Log of the term importance weights ``log ρ̄_i = Σ_k S_R[k, i] log ρ_k``.
 
     Args:
       log_ratio: ``[..., N]`` per-agent ``log π_k(a_k|o_k) − log π_k,old(a_k|o_k)``.
-      S_R: ``[N, N]`` 0/1 ratio support (column i = factors of term i).
+      S_R: ``[N, N]`` 0/1 ratio support (column i = factors of term i), or its column
+        lists (``NeighbourLists`` with ``by_column=True``, ``[N, K]`` leaves).
 
     Returns:
       ``[..., N]`` ``log ρ̄_i``.
     """
-    _check_support(log_ratio, S_R)
+    _check_support(log_ratio, S_R, "S_R", by_column=True)
+    if isinstance(S_R, NeighbourLists):
+        return sparse.aggregate(log_ratio, S_R)
     return jnp.einsum("...k,ki->...i", log_ratio, S_R, precision=_HIGHEST)
 
 
-def normalize_advantages(advantages: chex.Array, scope: str) -> chex.Array:
+def normalize_advantages(advantages: chex.Array, scope: str, axis_name: str | None = None) -> chex.Array:
     """Standardise advantages: ``(A − mean) / (std + 1e-8)``.
 
     Args:
@@ -76,6 +94,8 @@ def normalize_advantages(advantages: chex.Array, scope: str) -> chex.Array:
       scope: static string. ``"none"`` returns the input; ``"batch"`` uses one
         mean/std over all entries; ``"agent"`` uses a mean/std per agent over all
         leading axes.
+      axis_name: when the batch is split into equal shares over the devices of this
+        mapped axis, the statistics are those of the whole batch.
 
     Returns:
       ``[B..., N]`` normalised advantages.
@@ -93,9 +113,20 @@ def normalize_advantages(advantages: chex.Array, scope: str) -> chex.Array:
     if scope == "none":
         return advantages
     axes = None if scope == "batch" else tuple(range(jnp.ndim(advantages) - 1))
-    mean = jnp.mean(advantages, axis=axes, keepdims=True)
-    std = jnp.std(advantages, axis=axes, keepdims=True)
+    mean, std = mean_std(advantages, axes, axis_name)
     return (advantages - mean) / (std + _EPS)
+
+
+def pmean(x: Any, axis_name: str | None) -> Any:
+    """``lax.pmean`` over ``axis_name``; the identity when it is None (one device)."""
+    return x if axis_name is None else jax.lax.pmean(x, axis_name)
+
+
+def mean_std(x: chex.Array, axes: tuple[int, ...] | None, axis_name: str | None = None) -> tuple[chex.Array, chex.Array]:
+    """Mean and standard deviation of ``x`` over ``axes`` (None: all), kept as size-1
+    axes; with ``axis_name``, over the equal shares of ``x`` on every device of that axis."""
+    mean = pmean(jnp.mean(x, axis=axes, keepdims=True), axis_name)
+    return mean, jnp.sqrt(pmean(jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True), axis_name))
 
 
 def policy_loss(
@@ -119,7 +150,8 @@ def policy_loss(
       old_log_prob: ``[B, N]`` the same under the behaviour policy.
       advantages: ``[B, N]`` term advantages Â_i, already aggregated with S_A
         (``aggregate_advantages``) and normalised.
-      S_R: ``[N, N]`` 0/1 ratio support; may be traced.
+      S_R: ``[N, N]`` 0/1 ratio support or its column lists (``aggregate_log_ratio``);
+        may be traced.
       clip_eps: scalar ε; may be traced.
 
     Returns:
@@ -268,8 +300,8 @@ def ppo_loss(
     """Total loss ``policy_loss + vf_coef · value_loss − ent_coef · entropy_bonus``.
 
     All per-agent inputs are ``[B, N]``; ``advantages`` are the aggregated,
-    normalised Â_i; ``S_R`` is ``[N, N]``. ``clip_eps`` is used for both the policy
-    ratio and the value clipping. Every scalar and S_R may be traced. The value loss
+    normalised Â_i; ``S_R`` is ``[N, N]`` or its column lists. ``clip_eps`` is used
+    for both the policy ratio and the value clipping. Every scalar and S_R may be traced. The value loss
     is ``value_loss`` (squared error), or ``value_loss_huber`` with δ = ``huber_delta``
     when that is given (MAPPO's critic loss).
 

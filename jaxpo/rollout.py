@@ -125,9 +125,23 @@ def to_sequences(x: jax.Array, seq_len: int) -> jax.Array:
     return jnp.swapaxes(x, 1, 2).reshape(t // seq_len * e, seq_len, *x.shape[3:])
 
 
-def reset(env: AutoReset, net: ActorCritic, key: jax.Array, num_envs: int) -> RolloutState:
-    """Resets ``num_envs`` environments and the network's hidden states."""
-    env_state, timestep = jax.vmap(env.reset)(jax.random.split(key, num_envs))
+def env_keys(key: jax.Array, num_envs: int, axis_name: str | None = None) -> jax.Array:
+    """One key per environment, ``[E]``: ``split(key, E)``. When the environments are
+    split over the devices of ``axis_name`` (E per device), this device's slice of
+    ``split(key, E × D)``: every environment draws the same stream however many
+    devices share them."""
+    if axis_name is None:
+        return jax.random.split(key, num_envs)
+    total = num_envs * jax.lax.axis_size(axis_name)
+    start = jax.lax.axis_index(axis_name) * num_envs
+    return jax.lax.dynamic_slice_in_dim(jax.random.split(key, total), start, num_envs)
+
+
+def reset(env: AutoReset, net: ActorCritic, key: jax.Array, num_envs: int,
+          axis_name: str | None = None) -> RolloutState:
+    """Resets ``num_envs`` environments (this device's share when they are split over
+    ``axis_name``) and the network's hidden states."""
+    env_state, timestep = jax.vmap(env.reset)(env_keys(key, num_envs, axis_name))
     return RolloutState(
         env_state=env_state,
         timestep=timestep,
@@ -147,27 +161,31 @@ def rollout(
     num_steps: int,
     critic_input: str,
     policy: Callable[..., Any] | None = None,
+    axis_name: str | None = None,
 ) -> tuple[RolloutState, Transition]:
     """Runs ``num_steps`` steps of every environment under the current policy.
 
     Returns the carried state and the stacked ``Transition`` ``[T, E, ...]``.
     ``policy`` overrides the network's action distribution (``(params, obs, mask) ->
     distribution``), e.g. a uniform one for baselines; values and hidden states
-    still come from the network.
+    still come from the network. Each environment draws its actions and transitions
+    from its own key (``env_keys``), so splitting the environments over the devices
+    of ``axis_name`` changes nothing but where they run.
     """
     num_envs = state.episode_length.shape[0]
+    sample = jax.vmap(lambda dist, key: dist.sample(seed=key))  # per environment
 
     def one_step(state: RolloutState, key: jax.Array):
-        key_act, key_env = jax.random.split(key)
+        key_act, key_env = jnp.swapaxes(jax.vmap(jax.random.split)(env_keys(key, num_envs, axis_name)), 0, 1)
         ts = state.timestep
         critic_obs = critic_features(ts.obs, ts.global_state, critic_input)
         carry, dist, value = net.step(params, state.carry, ts.obs, ts.action_mask, critic_obs, state.first)
         if policy is not None:
             dist = policy(params, ts.obs, ts.action_mask)
-        action = dist.sample(seed=key_act)
+        action = sample(dist, key_act)
         log_prob = dist.log_prob(action)
 
-        env_state, next_ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state.env_state, action)
+        env_state, next_ts = jax.vmap(env.step)(key_env, state.env_state, action)
         done = next_ts.done
         final_critic_obs = critic_features(next_ts.final_obs, next_ts.final_global_state, critic_input)
         episode_return = state.episode_return + next_ts.reward

@@ -28,6 +28,7 @@ from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Run
                           env_steps_per_update, run_batch)
 from jaxpo.experiment import Experiment, dump_yaml, from_dict, load_yaml
 from jaxpo.learner import Trainer, trainer
+from jaxpo.parallel import agree, describe, is_main_process, padded_size
 from jaxpo.report import GROUP_STATS, group_statistics, plot_curves, run_summary, save_figure, write_csv, write_text
 from jaxpo.settings import Setting, settings, typed_spec
 from jaxpo.support import Support
@@ -36,7 +37,7 @@ from jaxpo.support import Support
 def free_memory_bytes(device: jax.Device | None = None) -> int:
     """Free memory of ``device`` (default: the first): the allocator's limit minus its use on
     accelerators, the host's available memory on CPU."""
-    device = device or jax.devices()[0]
+    device = device or jax.local_devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and "bytes_limit" in stats:
         return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
@@ -49,10 +50,11 @@ def free_memory_bytes(device: jax.Device | None = None) -> int:
 
 
 def group_size(tr: Trainer, num_runs: int, requested: int | None) -> int:
-    """G, runs per compiled batch: ``requested``, or as many as fit in half the free memory."""
-    if requested is not None:
-        return min(requested, num_runs)
-    return int(max(1, min(num_runs, free_memory_bytes() // 2 // tr.bytes_per_run())))
+    """G, runs per compiled batch: ``requested``, or as many as fit in half the free memory
+    of the devices they are split over; rounded up to a multiple of those devices."""
+    if requested is None:
+        requested = max(1, free_memory_bytes() // 2 * tr.run_multiple // tr.bytes_per_run())
+    return padded_size(min(requested, num_runs), tr.run_multiple)
 
 
 @dataclasses.dataclass
@@ -147,10 +149,13 @@ def plan(experiment: Experiment | str | Mapping | None = None, **sections: Mappi
     experiment = typed_spec(load(experiment, **sections))
     programs = _plan(experiment)
     name = experiment.run.name or _default_name(experiment, programs)
-    out_dir = ensure_writable(os.path.join(experiment.run.out, name))
+    out_dir = os.path.join(experiment.run.out, name)
+    if is_main_process():
+        ensure_writable(out_dir)
     experiment = experiment.replace(run={"name": name})
-    for program in programs:
-        program.group_size = group_size(trainer(program.config), len(program.runs), experiment.run.runs_per_group)
+    sizes = [group_size(trainer(p.config), len(p.runs), experiment.run.runs_per_group) for p in programs]
+    for program, size in zip(programs, agree(sizes)):  # free memory differs between hosts
+        program.group_size = int(size)
     return Plan(experiment, programs, out_dir)
 
 
@@ -169,28 +174,35 @@ def sweep(experiment: Experiment | str | Mapping | None = None, *, log: Callable
 
 
 def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = ()) -> SweepResult:
-    """Trains a ``Plan``: program after program, group after group, then the reports."""
-    log = log or (lambda line: None)
+    """Trains a ``Plan``: program after program, group after group, then the reports.
+    In a multi-process run every process calls this; only the main one writes files
+    and logs (``hooks`` run on every process)."""
+    writer = is_main_process()
+    log = (log or (lambda line: None)) if writer else (lambda line: None)
     experiment, programs, out_dir = plan_.experiment, plan_.programs, plan_.out_dir
-    write_text(os.path.join(out_dir, "sweep.yaml" if plan_.is_sweep else "config.yaml"), dump_yaml(experiment))
     trainers = [trainer(p.config) for p in programs]
-    metric_names = sorted({m for tr in trainers for m in tr.metric_names})
-    csv_hook = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names)
+    hooks = list(hooks)
+    if writer:
+        write_text(os.path.join(out_dir, "sweep.yaml" if plan_.is_sweep else "config.yaml"), dump_yaml(experiment))
+        metric_names = sorted({m for tr in trainers for m in tr.metric_names})
+        hooks.insert(0, MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names))
     total_chunks = sum(-(-len(p.runs) // p.group_size) * (p.num_updates // p.config.updates_per_chunk)
                        for p in programs)
-    bar = ProgressBar(total_chunks, desc="sweep" if plan_.is_sweep else "train") if experiment.run.progress else None
+    bar = None
+    if experiment.run.progress and writer:
+        bar = ProgressBar(total_chunks, desc="sweep" if plan_.is_sweep else "train")
     log(f"{sum(len(p.runs) for p in programs)} runs ({len({r.setting for p in programs for r in p.runs})} settings × "
         f"{experiment.run.seeds} seeds) in {len(programs)} program(s); runs per group: "
-        f"{', '.join(str(p.group_size) for p in programs)}; writing to {out_dir}")
+        f"{', '.join(str(p.group_size) for p in programs)}; {describe()}; writing to {out_dir}")
     start = time.perf_counter()
     try:
         for program, tr in zip(programs, trainers):
-            _run_program(program, tr, [csv_hook, *hooks] + ([bar] if bar else []))
+            _run_program(program, tr, hooks + ([bar] if bar else []))
     finally:
         if bar is not None:
             bar.close()
     result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start)
-    _write_reports(result, plan_.is_sweep)
+    _write_reports(result, plan_.is_sweep, write=writer)
     return result
 
 
@@ -198,10 +210,13 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence) -> None:
     """Trains a program's runs group by group with one compiled chunk; fills its metrics."""
     compiles_before = tr.compiles["chunk"]
     size = program.group_size
+    # Stacked once: every group then has the same support form (dense, or neighbour
+    # lists of one width K), so they all share the program.
+    all_hyper = Hyper.stack([s.hyper for s in program.settings])
     parts = []
     for lo in range(0, len(program.runs), size):
-        runs, settings_ = program.runs[lo:lo + size], program.settings[lo:lo + size]
-        hyper = Hyper.stack([s.hyper for s in settings_])
+        runs = program.runs[lo:lo + size]
+        hyper = jax.tree.map(lambda x: x[lo:lo + size], all_hyper)
         seeds = np.array([r.seed for r in runs])
         _, metrics, first = run_batch(tr, hyper, seeds, Batch(program.config, runs, program.num_updates), hooks,
                                       pad_to=size)
@@ -212,8 +227,9 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence) -> None:
     program.compiles = tr.compiles["chunk"] - compiles_before
 
 
-def _write_reports(result: SweepResult, is_sweep: bool) -> None:
-    """summary.csv, groups.csv and the figure."""
+def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True) -> None:
+    """Fills the result's summary and group rows; ``write``: also summary.csv, groups.csv
+    and the figure."""
     axes = result.experiment.sweep.axes
     reps = result.experiment.run.bootstrap_reps
     summary_names: list[str] = []
@@ -226,8 +242,9 @@ def _write_reports(result: SweepResult, is_sweep: bool) -> None:
                                    "env_steps": int(program.env_steps[-1]),
                                    **{n: float(v[r]) for n, v in stats.items()}})
     header = [*RUN_COLUMNS, *axes, "env_steps", *summary_names]
-    write_csv(os.path.join(result.out_dir, "summary.csv"), header,
-              [[row.get(h, float("nan")) for h in header] for row in result.summary])
+    if write:
+        write_csv(os.path.join(result.out_dir, "summary.csv"), header,
+                  [[row.get(h, float("nan")) for h in header] for row in result.summary])
 
     settings_: OrderedDict[str, dict] = OrderedDict((row["setting"], row) for row in result.summary)
     for metric in [n for n in summary_names if n.startswith("final_")]:
@@ -236,9 +253,10 @@ def _write_reports(result: SweepResult, is_sweep: bool) -> None:
         for setting, stats in group_statistics(scores, reps=reps).items():
             result.groups.append({"setting": setting, **{a: settings_[setting][a] for a in axes},
                                   "metric": metric, **stats})
-    header = ["setting", *axes, "metric", "runs", *GROUP_STATS]
-    write_csv(os.path.join(result.out_dir, "groups.csv"), header, [[row[h] for h in header] for row in result.groups])
-    result.plot(os.path.join(result.out_dir, "sweep.png" if is_sweep else "learning_curve.png"))
+    if write:
+        header = ["setting", *axes, "metric", "runs", *GROUP_STATS]
+        write_csv(os.path.join(result.out_dir, "groups.csv"), header, [[row[h] for h in header] for row in result.groups])
+        result.plot(os.path.join(result.out_dir, "sweep.png" if is_sweep else "learning_curve.png"))
 
 
 def _plot(result: SweepResult, metric: str, path: str | None):

@@ -40,7 +40,10 @@ is a static Python bool. A batch of states (leading run axis) is handled by
 
 from __future__ import annotations
 
+import math
+
 import chex
+import jax
 import jax.numpy as jnp
 from flax import struct
 
@@ -92,6 +95,7 @@ def update(
     x: chex.Array,
     beta: chex.Numeric = BETA,
     per_element_update: bool = False,
+    axis_name: str | None = None,
 ) -> ValueNormState:
     """Folds the batch ``x`` into the running statistics.
 
@@ -102,6 +106,8 @@ def update(
       per_element_update: static. If True the decay is ``β^count`` with ``count``
         the number of entries averaged per statistic, so each sample (rather than
         each batch) counts as one step.
+      axis_name: when the batch is split into equal shares over the devices of this
+        mapped axis, the statistics are those of the whole batch.
 
     Returns:
       The updated state.
@@ -112,9 +118,10 @@ def update(
     batch_mean = jnp.mean(x, axis=axes)
     batch_sq_mean = jnp.mean(jnp.square(x), axis=axes)
     count = 1
-    if per_element_update:
-        for a in axes:
-            count *= jnp.shape(x)[a]
+    if axis_name is not None:
+        batch_mean, batch_sq_mean = jax.lax.pmean((batch_mean, batch_sq_mean), axis_name)
+    if per_element_update:  # entries averaged per statistic, over all devices
+        count = math.prod(jnp.shape(x)[a] for a in axes) * (1 if axis_name is None else jax.lax.axis_size(axis_name))
     # w = β^count and 1 − w via log1p/expm1 of (β − 1): 1 − β^count for β ≈ 1 would
     # otherwise lose most of its digits to cancellation in float32. A Python-float
     # β gives β − 1 in float64 (as the reference's Python-float weight does); a

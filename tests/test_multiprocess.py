@@ -1,0 +1,122 @@
+"""Many processes: ``jaxpo sweep`` started as two local processes × 4 CPU devices gives
+bitwise the metrics of one process with 8 devices, only process 0 writes, and a dead
+peer or an unreachable coordinator ends the run with an error in bounded time.
+
+Every process is a real ``python -m jaxpo.cli`` with a timeout, so a hang fails."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from jaxpo.report import read_csv
+
+EXPERIMENT = """
+config: {env: MPE_simple_spread_v3, num_envs: 4, num_steps: 8, updates_per_chunk: 2, num_epochs: 1,
+         num_minibatches: 1, hidden: [16]}
+run: {steps: 128, seeds: 8, name: mp, progress: false, bootstrap_reps: 100}
+sweep: {grid: {lr: [0.001, 0.003]}}
+"""
+TIMEOUT = 600
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def start(args: list[str], devices: int) -> subprocess.Popen:
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": str(devices), "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    return subprocess.Popen([sys.executable, "-m", "jaxpo.cli", "sweep", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc: subprocess.Popen, timeout: float = TIMEOUT) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"process did not finish in {timeout} s:\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def peers(config: str, out: list[str], port: int, timeout: int = 30) -> list[subprocess.Popen]:
+    return [start(["--config", config, "--out", out[i], "--coordinator", f"localhost:{port}", "--num-processes", "2",
+                   "--process-id", str(i), "--peer-timeout", str(timeout)], devices=4) for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def experiment_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mp") / "mp.yaml"
+    path.write_text(EXPERIMENT)
+    return str(path)
+
+
+def test_two_processes_equal_one_process_bitwise(experiment_file, tmp_path):
+    one, two, quiet = (str(tmp_path / d) for d in ("one", "two", "quiet"))
+    code, _, err = finish(start(["--config", experiment_file, "--out", one], devices=8))
+    assert code == 0, err[-3000:]
+    procs = peers(experiment_file, [two, quiet], free_port())
+    results = [finish(p) for p in procs]
+    for i, (code, _, err) in enumerate(results):
+        assert code == 0, f"process {i}:\n{err[-3000:]}"
+    assert "runs per group: 16" in results[0][1]  # 16 runs in one group over 2 × 4 devices
+
+    single, multi = read_csv(os.path.join(one, "mp", "metrics.csv")), read_csv(os.path.join(two, "mp", "metrics.csv"))
+    assert len(multi["run_id"]) == 16 * 4  # runs × updates
+    for name in single:
+        a, b = np.asarray(single[name]), np.asarray(multi[name])
+        if a.dtype.kind == "f":
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=name)
+            assert np.array_equal(a[~np.isnan(a)], b[~np.isnan(b)]), name
+        else:
+            assert a.tolist() == b.tolist(), name
+    assert sorted(os.listdir(os.path.join(two, "mp"))) == sorted(os.listdir(os.path.join(one, "mp")))
+    assert not os.path.exists(quiet)  # process 1 writes nothing
+
+
+def test_dead_peer_ends_the_run_with_an_error(experiment_file, tmp_path):
+    timeout = 10
+    procs = peers(experiment_file, [str(tmp_path / "a"), str(tmp_path / "b")], free_port(), timeout)
+    # Wait until process 0 has joined and planned the sweep (its first log line), then kill process 1.
+    lines = iter(procs[0].stdout.readline, "")
+    assert any("runs (" in line for line in lines), procs[0].stderr.read()[-3000:]
+    procs[1].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    code, _, err = finish(procs[0], timeout=120)
+    waited = time.monotonic() - killed
+    procs[1].wait()
+    assert code != 0
+    assert "stopped sending heartbeats" in err, err[-3000:]
+    assert waited < 6 * timeout, waited
+
+
+def test_unreachable_coordinator_is_a_clear_error(experiment_file, tmp_path):
+    port = free_port()  # nothing listens there
+    start_time = time.monotonic()
+    code, _, err = finish(start(["--config", experiment_file, "--out", str(tmp_path), "--coordinator",
+                                 f"localhost:{port}", "--num-processes", "2", "--process-id", "1",
+                                 "--peer-timeout", "2"], devices=4), timeout=120)
+    assert code == 2
+    assert f"coordinator localhost:{port} cannot be reached after 2 s" in err
+    assert time.monotonic() - start_time < 60
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num-processes", "2", "--process-id", "0"], "missing: --coordinator"),
+    (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "5"], "process_id must be an integer in [0, 2)"),
+    (["--distributed", "--num-processes", "2"], "--distributed finds the cluster itself"),
+])
+def test_bad_process_flags_name_the_flag(args, message, capsys):
+    from jaxpo import cli
+
+    assert cli.main(["sweep", *args, "--no-progress"]) == 2
+    assert message in capsys.readouterr().err
