@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxpo.losses import mean_std, pmean
+from jaxpo.parallel import varying
 from jaxpo.rollout import shuffled_minibatches
 
 ActorApply = Callable[[Any, jax.Array, jax.Array], Any]  # -> a distribution (categorical or Gaussian)
@@ -211,7 +212,7 @@ def sequential_actor_trace(
         out = {"agent": m, "factor": factor, **jax.tree.map(jnp.mean, metrics)}
         return (put(params, m, params_m), put(opt, m, opt_m), new_factor), out
 
-    factor0 = jnp.ones((num_samples, *old_log_prob.shape[2:]), old_log_prob.dtype)
+    factor0 = varying(jnp.ones((num_samples, *old_log_prob.shape[2:]), old_log_prob.dtype), axis_name)
     (actor_params, opt_state, joint_ratio), trace = jax.lax.scan(
         agent_step, (actor_params, opt_state, factor0), order
     )

@@ -289,8 +289,6 @@ class Trainer:
             self.env, self.net, state.params, state.rollout, key_rollout, cfg.num_steps, cfg.critic_input,
             axis_name=self.axis,
         )
-        if self.axis is not None:  # each device shuffles its own share of the batch
-            key_epochs = jax.random.fold_in(key_epochs, jax.lax.axis_index(self.axis))
         advantages, targets = self.advantages(state, traj, hyper)
 
         # [T, E] -> [S, L]: S sequences of L steps (L = 1 feed-forward); agents stay
@@ -303,7 +301,8 @@ class Trainer:
         optimizer = _optimizer(hyper)
         if cfg.scheme == "simultaneous":
             (params, opt_state, norm), loss_metrics = self._epochs(
-                self._loss, state.params, state.opt_state, state.value_norm, data, key_epochs, optimizer, hyper
+                self._loss, state.params, state.opt_state, state.value_norm, data, self._own(key_epochs),
+                optimizer, hyper,
             )
         else:  # exact HAPPO: actors one after another, then the critics
             key_order, key_actor, key_epochs = jax.random.split(key_epochs, 3)
@@ -311,12 +310,12 @@ class Trainer:
             batch, actor_advantages, extra = self._happo_inputs(data[0], data[1])
             actor, actor_opt, actor_metrics = happo.sequential_actor_update(
                 self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
-                batch, actor_advantages, order, key_actor, hyper.clip_eps, hyper.ent_coef,
+                batch, actor_advantages, order, self._own(key_actor), hyper.clip_eps, hyper.ent_coef,
                 cfg.num_epochs, cfg.num_minibatches, extra_inputs=extra, axis_name=self.axis,
             )
             (critic, critic_opt, norm), critic_metrics = self._epochs(
                 self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,
-                data, key_epochs, optimizer, hyper,
+                data, self._own(key_epochs), optimizer, hyper,
             )
             params = {"actor": actor, "critic": critic}
             opt_state = {"actor": actor_opt, "critic": critic_opt}
@@ -338,6 +337,11 @@ class Trainer:
             update=state.update + 1,
         )
         return new_state, metrics
+
+    def _own(self, key: jax.Array) -> jax.Array:
+        """A minibatch-shuffle key: data parallel, each device's own (it shuffles its own
+        share of the batch); everything else (e.g. HAPPO's agent order) stays shared."""
+        return key if self.axis is None else jax.random.fold_in(key, jax.lax.axis_index(self.axis))
 
     def chunk(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, jax.Array]]:
         """K = ``updates_per_chunk`` train steps under ``lax.scan``; metrics ``[K]``.

@@ -38,9 +38,20 @@ def make_mesh(parallel: Parallel, devices: Sequence[jax.Device] | None = None) -
     """A 1-D mesh over ``devices`` (default: every device of every process) whose one
     axis is named ``parallel``; Auto axis types (XLA partitions what is not annotated)."""
     devices = list(jax.devices() if devices is None else devices)
-    if not devices:
-        raise ValueError("devices must name at least one device")
+    if not devices or not all(isinstance(d, jax.Device) for d in devices) or len(set(devices)) != len(devices):
+        raise ValueError(f"devices must be distinct jax devices (e.g. jax.devices()[:4]), got {devices!r}")
     return Mesh(np.asarray(devices), (parallel,), axis_types=(AxisType.Auto,))
+
+
+def varying(tree: Any, axis_name: str | None) -> Any:
+    """Inside ``shard_map``: every leaf typed as differing between the devices of
+    ``axis_name``. A scan carry built from per-device data must be, even where a value
+    is the same everywhere (an environment's constant ``terminated``, a fresh factor of
+    ones). The identity when ``axis_name`` is None."""
+    if axis_name is None:
+        return tree
+    cast = lambda x: x if axis_name in jax.typeof(x).mat.varying else jax.lax.pcast(x, (axis_name,), to="varying")
+    return jax.tree.map(cast, tree)
 
 
 def padded_size(num_runs: int, num_devices: int) -> int:

@@ -15,6 +15,7 @@ from flax import struct
 
 from jaxpo.envs import AutoReset, TimeStep
 from jaxpo.networks import ActorCritic
+from jaxpo.parallel import varying
 
 CriticInput = Literal["local", "global", "agent"]
 CRITIC_INPUTS: tuple[str, ...] = get_args(CriticInput)
@@ -215,6 +216,6 @@ def rollout(
             episode_return=jnp.where(done[:, None], 0.0, episode_return),
             episode_length=jnp.where(done, 0, episode_length),
         )
-        return state, transition
+        return varying(state, axis_name), transition
 
     return jax.lax.scan(one_step, state, jax.random.split(key, num_steps))

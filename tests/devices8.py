@@ -10,6 +10,7 @@ import dataclasses
 import json
 import re
 import sys
+import time
 
 import jax
 import numpy as np
@@ -20,10 +21,14 @@ from jaxpo.parallel import put
 
 COLLECTIVES = r"all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter|collective-broadcast"
 UPDATES = 4
+SECONDS: list[float] = []  # wall seconds of every run() (compile included), for the report
 RUNS_CONFIG = Config(env="MPE_simple_spread_v3", num_envs=4, num_steps=8, updates_per_chunk=2, num_epochs=2,
                      num_minibatches=2, hidden=(16,))
 # Data parallel: 16 envs, 2 per device; one minibatch, so the one-device run sees the same batches.
 ENVS_CONFIG = dataclasses.replace(RUNS_CONFIG, num_envs=16, num_minibatches=1, value_norm=True, parallel="envs")
+# Exact HAPPO, on an env whose `terminated` is a constant (a carry leaf the same on every device).
+SEQUENTIAL_CONFIG = dataclasses.replace(ENVS_CONFIG, env="traffic_grid", env_kwargs={"rows": 2, "cols": 2},
+                                        scheme="sequential", share_params=False, num_epochs=1)
 
 
 def leaves(tree) -> list[np.ndarray]:
@@ -47,10 +52,12 @@ def run(config: Config, num_runs: int, devices=None, pad_to=None):
     """``num_runs`` runs (seeds 0.., three learning rates) for UPDATES updates:
     ``(trainer, final state, metrics [R, U])``."""
     tr = trainer(config, devices)
-    hyper = Hyper.stack([Hyper.create(support.ippo(3), lr=float(1e-3 * (1 + r % 3))) for r in range(num_runs)])
+    hyper = Hyper.stack([Hyper.create(support.ippo(tr.num_agents), lr=float(1e-3 * (1 + r % 3))) for r in range(num_runs)])
     seeds = np.arange(num_runs)
     batch = Batch(config, [Run(r, f"run{r}", "s", int(s)) for r, s in enumerate(seeds)], UPDATES)
+    start = time.perf_counter()
     state, metrics, _ = run_batch(tr, hyper, seeds, batch, pad_to=pad_to)
+    SECONDS.append(round(time.perf_counter() - start, 1))
     return tr, state, metrics
 
 
@@ -93,6 +100,17 @@ def envs_axis() -> dict:
     }
 
 
+def envs_sequential() -> dict:
+    """Exact HAPPO data parallel: the agent order is shared, the shuffles are per device."""
+    tr, state, _ = run(SEQUENTIAL_CONFIG, 1)
+    _, one_state, _ = run(SEQUENTIAL_CONFIG, 1, devices=jax.devices()[:1])
+    per_device = [[np.asarray(s.data) for s in x.addressable_shards] for x in jax.tree.leaves(state.params)]
+    return {
+        "params_vs_one_device": max_rel_diff(state.params, one_state.params),
+        "params_identical_on_devices": all(all(np.array_equal(s, shards[0]) for s in shards) for shards in per_device),
+    }
+
+
 def envs_errors() -> dict:
     errors = {}
     for name, config in {"num_envs": dataclasses.replace(ENVS_CONFIG, num_envs=12),
@@ -112,5 +130,7 @@ if __name__ == "__main__":
         out["runs"] = runs_axis()
     if part in ("envs", "all"):
         out["envs"] = envs_axis()
+        out["sequential"] = envs_sequential()
         out["errors"] = envs_errors()
+    out[f"{part}_seconds"] = SECONDS
     print(json.dumps(out))

@@ -80,6 +80,12 @@ def test_data_parallel_params_identical_on_every_device(measured):
     assert envs["rollout_specs"] == ["P(None, 'envs')"]
 
 
+def test_data_parallel_exact_happo_shares_the_agent_order(measured):
+    sequential = measured["sequential"]
+    assert sequential["params_identical_on_devices"] is True
+    assert sequential["params_vs_one_device"] <= TOLERANCE
+
+
 def test_data_parallel_bad_splits_name_the_setting(measured):
     errors = measured["errors"]
     assert "num_envs (12)" in errors["num_envs"] and "multiple of 8" in errors["num_envs"]
