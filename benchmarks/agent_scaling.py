@@ -40,6 +40,8 @@ import subprocess
 import sys
 import time
 
+from throughput import device_peak_mib, rss_mib  # benchmarks/ is on sys.path when run as a script
+
 DEFAULT_NUM_AGENTS = (16, 64, 256, 1024)
 ENVS = ("public_goods", "traffic_grid")
 
@@ -66,23 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per (env, N) subprocess")
     p.add_argument("--single", nargs=2, metavar=("ENV", "N"), help=argparse.SUPPRESS)
     return p
-
-
-def _rss_mib() -> float:
-    import resource
-
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kib / (1024 * 1024) if sys.platform == "darwin" else kib / 1024  # macOS reports bytes
-
-
-def _device_peak_mib():
-    import jax
-
-    try:
-        stats = jax.devices()[0].memory_stats()
-    except Exception:  # not implemented on some backends
-        return None
-    return None if not stats or "peak_bytes_in_use" not in stats else round(stats["peak_bytes_in_use"] / 2**20, 1)
 
 
 def env_kwargs(env: str, n: int) -> dict:
@@ -121,7 +106,7 @@ def measure(args, env: str, n: int) -> dict:
     single = Hyper.create(sup, support_form=args.support_form)
     hyper = Hyper.stack([single])
     keys = jax.random.PRNGKey(0)[None]
-    baseline = _rss_mib()
+    baseline = rss_mib()
 
     t0 = time.perf_counter()
     state = jax.block_until_ready(tr.init_runs(keys, hyper))
@@ -148,7 +133,7 @@ def measure(args, env: str, n: int) -> dict:
         jax_version=jax.__version__, init_s=round(init_s, 2), compile_s=round(compile_s, 2),
         first_chunk_s=round(compile_s + first_run_s, 2), timed_s=round(timed_s, 3), chunks_timed=calls,
         agent_steps_per_s=round(agent_steps / timed_s, 1), baseline_rss_mib=round(baseline, 1),
-        peak_rss_mib=round(_rss_mib(), 1), device_peak_mib=_device_peak_mib(),
+        peak_rss_mib=round(rss_mib(), 1), device_peak_mib=device_peak_mib(),
     )
 
 

@@ -35,17 +35,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 
+from throughput import rss_mib  # benchmarks/ is on sys.path when run as a script
+
 DEFAULT_RUNS = (1, 4, 16, 64, 256, 1024)
-
-
-def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure(args) -> dict:
@@ -86,7 +83,7 @@ def measure(args) -> dict:
              "progress": False, "out": args.out, "name": f"R{num_runs}"},
         sweep={"grid": {"lr": lrs}} if settings > 1 else {},
     )
-    baseline = _rss_mib()
+    baseline = rss_mib()
     start = time.perf_counter()
     ready = plan(experiment)
     timer = ChunkTimer()
@@ -96,7 +93,7 @@ def measure(args) -> dict:
     sweep_s = time.perf_counter() - start
     device = jax.devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    peak = _rss_mib()
+    peak = rss_mib()
     rate = timer.env_steps / timer.steady if timer.steady else float("nan")
     per_run_steps = program.num_updates * program.config.steps_per_update
     return {

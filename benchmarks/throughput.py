@@ -89,14 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- measuring (child)
 
 
-def _rss_mib() -> float:
+def rss_mib() -> float:
     import resource
 
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kib / (1024 * 1024) if sys.platform == "darwin" else kib / 1024  # macOS reports bytes
 
 
-def _device_peak_mib():
+def device_peak_mib():
     import jax
 
     try:
@@ -153,7 +153,7 @@ def _measure_train(args) -> dict:
     sup = jaxpo.make_support(args.preset, tr.num_agents, coupling=tr.env.coupling)
     hyper, seeds, _ = jaxpo.runs(sup, seeds=range(args.seeds))
     keys = jax.vmap(jax.random.PRNGKey)(jax.numpy.asarray(seeds, jax.numpy.uint32))
-    baseline = _rss_mib()
+    baseline = rss_mib()
 
     t0 = time.perf_counter()
     state = jax.block_until_ready(tr.init_runs(keys, hyper))
@@ -200,8 +200,8 @@ def _measure_train(args) -> dict:
         env_steps_per_s=round(env_steps / timed_s, 1),
         agent_steps_per_s=round(env_steps * tr.num_agents / timed_s, 1),
         baseline_rss_mib=round(baseline, 1),
-        peak_rss_mib=round(_rss_mib(), 1),
-        device_peak_mib=_round(_device_peak_mib()),
+        peak_rss_mib=round(rss_mib(), 1),
+        device_peak_mib=_round(device_peak_mib()),
     )
 
 
@@ -238,7 +238,7 @@ def _measure_env(args) -> dict:
         )
         return state, ts, key, total
 
-    baseline = _rss_mib()
+    baseline = rss_mib()
     key = jax.random.PRNGKey(0)
     state, ts = jax.block_until_ready(reset(key))
     t0 = time.perf_counter()
@@ -268,8 +268,8 @@ def _measure_env(args) -> dict:
         env_steps_per_s=round(env_steps / timed_s, 1),
         agent_steps_per_s=round(env_steps * env.num_agents / timed_s, 1),
         baseline_rss_mib=round(baseline, 1),
-        peak_rss_mib=round(_rss_mib(), 1),
-        device_peak_mib=_round(_device_peak_mib()),
+        peak_rss_mib=round(rss_mib(), 1),
+        device_peak_mib=_round(device_peak_mib()),
     )
 
 
