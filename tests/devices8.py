@@ -83,18 +83,23 @@ def runs_axis() -> dict:
     }
 
 
+def identical_on_devices(tree) -> bool:
+    """Every leaf's copies on the devices (replicated arrays) are bitwise equal."""
+    shards = [[np.asarray(s.data) for s in x.addressable_shards] for x in jax.tree.leaves(tree)]
+    return all(all(np.array_equal(s, copies[0]) for s in copies) for copies in shards)
+
+
 def envs_axis() -> dict:
     """Two runs, each with its 16 environments split over 8 devices, and on one device."""
     tr, state, metrics = run(ENVS_CONFIG, 2)
     _, one_state, one_metrics = run(ENVS_CONFIG, 2, devices=jax.devices()[:1])
-    per_device = [[np.asarray(s.data) for s in x.addressable_shards] for x in jax.tree.leaves(state.params)]
     return {
         "params_vs_one_device": max_rel_diff(state.params, one_state.params),
         "value_norm_vs_one_device": max_rel_diff(state.value_norm, one_state.value_norm),
         "grad_norm_ratio": float(np.mean(metrics["grad_norm"] / one_metrics["grad_norm"])),
         "metrics_vs_one_device": {k: max_rel_diff(metrics[k], one_metrics[k], atol=1e-4) for k in metrics},
-        "params_identical_on_devices": all(all(np.array_equal(s, shards[0]) for s in shards) for shards in per_device),
-        "param_devices": len(per_device[0]),
+        "params_identical_on_devices": identical_on_devices(state.params),
+        "param_devices": len(jax.tree.leaves(state.params)[0].addressable_shards),
         "rollout_specs": sorted({str(x.sharding.spec) for x in jax.tree.leaves(state.rollout)}),
         "compiles": tr.compiles,
     }
@@ -104,10 +109,9 @@ def envs_sequential() -> dict:
     """Exact HAPPO data parallel: the agent order is shared, the shuffles are per device."""
     tr, state, _ = run(SEQUENTIAL_CONFIG, 1)
     _, one_state, _ = run(SEQUENTIAL_CONFIG, 1, devices=jax.devices()[:1])
-    per_device = [[np.asarray(s.data) for s in x.addressable_shards] for x in jax.tree.leaves(state.params)]
     return {
         "params_vs_one_device": max_rel_diff(state.params, one_state.params),
-        "params_identical_on_devices": all(all(np.array_equal(s, shards[0]) for s in shards) for shards in per_device),
+        "params_identical_on_devices": identical_on_devices(state.params),
     }
 
 
