@@ -401,6 +401,21 @@ class JaxMARLAdapter(Env):
         return self._pack_step(obs, next_state, reward, dones["__all__"])
 
     @functools.partial(jax.jit, static_argnums=0)
+    def render(self, state: Any) -> np.ndarray:
+        """One (unbatched) state drawn by JaxMARL's own MPE visualiser: uint8 [H, W, 3]."""
+        if self._family != "mpe":
+            raise ValueError(f"JaxMARL env {self.name!r} cannot render here: only MPE's visualiser is wired in")
+        import matplotlib.pyplot as plt
+        from jaxmarl.environments.mpe.mpe_visualizer import MPEVisualizer
+
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints whether agents communicate
+            viz = MPEVisualizer(self.env, [jax.device_get(_inner_state(state))])
+        try:
+            viz.fig.canvas.draw()
+            return np.asarray(viz.fig.canvas.buffer_rgba())[..., :3].copy()
+        finally:
+            plt.close(viz.fig)
+
     def _action_dict(self, actions: jax.Array) -> dict:
         """int [N] -> {agent: int32 []}, padded/out-of-range indices replaced by 0.
         Continuous: float [N, A] -> {agent: float32 [A_i]} clipped to the Box."""

@@ -120,12 +120,99 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--config", metavar="FILE.yaml", help="load an experiment file; flags override it")
         cmd.add_argument("--print-config", action="store_true",
                          help="print the resolved experiment as YAML (loadable with --config) and exit")
+        cmd.add_argument("--resume", metavar="RUN_DIR",
+                         help="continue RUN_DIR (e.g. runs/<name>) from its latest complete checkpoint; flags may "
+                              "change only how it runs and logs (and --steps, for a run of one group)")
         for section in SECTIONS:
             if section != "sweep" or command == "sweep":
                 _add_section(cmd, section)
         _add_processes(cmd)
     sub.add_parser("envs", help="list environment names")
+    _add_policy_commands(sub)
     return parser
+
+
+def _add_policy_commands(sub) -> None:
+    ev = sub.add_parser("eval", help="evaluate the trained policies of a run directory",
+                        description="Loads each run's newest checkpoint and plays --episodes episodes per run "
+                                    "(compiled, vmapped over episodes and runs); prints JSON and writes "
+                                    "RUN_DIR/eval.csv: mean, std and IQM episode return (and win rate).")
+    rd = sub.add_parser("render", help="render one episode of a trained policy to a GIF or MP4",
+                        description="Plays one episode of a run's trained policy and draws every step with the "
+                                    "environment's render (public_goods, traffic_grid, wireless, MPE).")
+    for cmd in (ev, rd):
+        cmd.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with checkpoints, e.g. runs/<name>")
+        cmd.add_argument("--run", type=int, metavar="K", default=None if cmd is ev else 0,
+                         help="the run id (as in metrics.csv) " + ("(default: every run)" if cmd is ev else
+                                                                   "(default: 0)"))
+        cmd.add_argument("--seed", type=int, default=0, help="seed of the episodes (default: 0)")
+        mode = cmd.add_mutually_exclusive_group()
+        mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
+                          help="take each agent's most likely action (default)")
+        mode.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
+    ev.add_argument("--episodes", type=int, default=100, help="episodes per run (default: 100)")
+    rd.add_argument("--out", default="episode.gif", metavar="FILE.gif|FILE.mp4",
+                    help="where to write the animation (default: episode.gif)")
+    rd.add_argument("--fps", type=int, default=10, help="frames per second (default: 10)")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and eval.csv."""
+    from jaxpo import checkpoint
+    from jaxpo.evaluate import latest_batches, load_runs, run_episodes, summarize
+    from jaxpo.report import write_csv
+
+    try:
+        if args.episodes < 1:
+            raise ValueError(f"--episodes must be a positive integer, got {args.episodes}")
+        batches = latest_batches(args.run_dir) if os.path.isdir(args.run_dir) else {}
+        if not batches:
+            checkpoint.restore(args.run_dir)  # raises the precise error
+        rows, known = [], []
+        for step in sorted(batches.values()):
+            config, params, runs, meta = load_runs(args.run_dir, step)
+            known += [r["run_id"] for r in runs]
+            pick = [i for i, r in enumerate(runs) if args.run in (None, r["run_id"])]
+            if not pick:
+                continue
+            params = jax_take(params, pick)
+            returns, won, rate = run_episodes(config, params, args.episodes, args.seed, args.greedy)
+            for i, stats in zip(pick, summarize(returns, won, rate)):
+                run = runs[i]
+                rows.append({"run_id": run["run_id"], "label": run["label"], "setting": run["setting"],
+                             "seed": run["seed"], "update": int(meta["chunk"]) * config.updates_per_chunk,
+                             "greedy": args.greedy, **stats})
+        if not rows:
+            raise ValueError(f"--run {args.run} is out of range: the checkpointed runs of {args.run_dir!r} have "
+                             f"run ids {min(known)}..{max(known)}")
+    except ValueError as err:
+        return _error("eval", err)
+    header = list(dict.fromkeys(k for row in rows for k in row))
+    write_csv(os.path.join(args.run_dir, "eval.csv"), header, [[row.get(h, "") for h in header] for row in rows])
+    for row in rows:
+        print(json.dumps(row))
+    return 0
+
+
+def jax_take(tree, index):
+    import jax
+
+    return jax.tree.map(lambda x: x[np.asarray(index)], tree)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """``jaxpo render``: one episode of run ``--run`` to ``--out``."""
+    from jaxpo.evaluate import load_policy, render_episode
+
+    try:
+        if not args.out.lower().endswith((".gif", ".mp4")):
+            raise ValueError(f"--out must end in .gif or .mp4, got {args.out!r}")
+        policy = load_policy(args.run_dir, run=args.run, greedy=args.greedy)
+        frames = render_episode(policy, args.out, seed=args.seed, fps=args.fps)
+    except ValueError as err:
+        return _error("render", err)
+    print(json.dumps({"out": args.out, "frames": frames, "run": policy.run["label"], "update": policy.update}))
+    return 0
 
 
 def _add_processes(cmd: argparse.ArgumentParser) -> None:
@@ -167,8 +254,16 @@ def start_processes(args: argparse.Namespace) -> None:
 
 
 def experiment_from_args(args: argparse.Namespace) -> Experiment:
-    """Defaults, then ``--config``, then the flags given. Raises ValueError naming a bad value."""
-    experiment = load_yaml(args.config) if args.config else Experiment()
+    """Defaults (or, with ``--resume``, the checkpoint's experiment), then ``--config``,
+    then the flags given. Raises ValueError naming a bad value."""
+    from jaxpo.sweeps import resume_experiment
+
+    resume = getattr(args, "resume", None)
+    if resume and {"run.out", "run.name"} & set(vars(args)):
+        raise ValueError("--resume RUN_DIR names the run's directory; give it without --out and --name")
+    experiment = resume_experiment(resume) if resume else Experiment()
+    if args.config:
+        experiment = load_yaml(args.config, base=experiment)
     sections: dict[str, dict] = {}
     for dest, value in vars(args).items():
         if "." in dest:
@@ -195,6 +290,7 @@ def _error(command: str, err: Exception) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``jaxpo train`` and ``jaxpo sweep``: check everything, then train."""
+    from jaxpo.guard import NonFiniteError
     from jaxpo.sweeps import plan
 
     try:
@@ -205,10 +301,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.command == "train" and experiment.sweep.axes:
             raise ValueError("this experiment has a sweep section; run it with `jaxpo sweep`")
         start_processes(args)
-        ready = plan(experiment)
+        ready = plan(experiment, resume=bool(args.resume))
     except (ValueError, ConnectionError) as err:
         return _error(args.command, err)
-    return parallel.exit_on_error(_train if args.command == "train" else _sweep, ready)
+    try:
+        return parallel.exit_on_error(_train if args.command == "train" else _sweep, ready)
+    except NonFiniteError as err:
+        print(f"jaxpo {args.command}: {err}", file=sys.stderr)
+        return 1
 
 
 def _train(ready) -> int:
@@ -271,7 +371,8 @@ def cmd_envs(_: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return {"train": cmd_run, "sweep": cmd_run, "envs": cmd_envs}[args.command](args)
+    commands = {"train": cmd_run, "sweep": cmd_run, "envs": cmd_envs, "eval": cmd_eval, "render": cmd_render}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -46,12 +46,29 @@ class Run:
 
 
 @dataclasses.dataclass(frozen=True)
+class Resumed:
+    """Where a batch starts again: the batched ``state`` after ``chunk`` chunks and the
+    ``metrics`` name -> [R, chunk × K] of those chunks (from a checkpoint)."""
+
+    chunk: int
+    state: Any
+    metrics: dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
 class Batch:
-    """Runs trained together by one program call (R of them; padding not included)."""
+    """Runs trained together by one program call (R of them; padding not included).
+
+    ``index``: its place among the batches of a plan; ``chunk_offset``: the chunks of
+    the plan's batches before it (checkpoint steps count chunks of the whole plan);
+    ``resumed``: set when it continues from a checkpoint."""
 
     config: Config
     runs: Sequence[Run]
     num_updates: int
+    index: int = 0
+    chunk_offset: int = 0
+    resumed: Resumed | None = None
 
     @property
     def num_chunks(self) -> int:
@@ -108,24 +125,29 @@ class MetricsCSV(Hook):
         self.file = AppendCSV(path, [*RUN_COLUMNS, *self.value_names, "update", "env_steps", *self.metric_names])
 
     def chunk(self, event: ChunkEvent) -> None:
-        nan = np.full(len(event.updates), np.nan)
-        columns = [event.metrics.get(name) for name in self.metric_names]
+        self.write(event.batch, event.updates, event.env_steps, event.metrics)
+
+    def write(self, batch: Batch, updates: np.ndarray, env_steps: np.ndarray, metrics: dict[str, np.ndarray]) -> None:
+        """Rows for ``batch``'s runs at ``updates`` / ``env_steps`` ``[U]``; ``metrics``
+        name -> ``[R, U]`` (also how a resumed run writes back its checkpointed chunks)."""
+        nan = np.full(len(updates), np.nan)
+        columns = [metrics.get(name) for name in self.metric_names]
         rows = []
-        for r, run in enumerate(event.batch.runs):
+        for r, run in enumerate(batch.runs):
             head = [run.run_id, run.label, run.setting, run.seed, *(run.values.get(n, "") for n in self.value_names)]
             values = [nan if c is None else c[r] for c in columns]
-            for k in range(len(event.updates)):
-                rows.append([*head, int(event.updates[k]), int(event.env_steps[k]), *(v[k] for v in values)])
+            for k in range(len(updates)):
+                rows.append([*head, int(updates[k]), int(env_steps[k]), *(v[k] for v in values)])
         self.file.append(rows)
 
 
 class ProgressBar(Hook):
     """A tqdm bar over ``total`` chunks (all batches), showing the latest mean return."""
 
-    def __init__(self, total: int, desc: str = "train"):
+    def __init__(self, total: int, desc: str = "train", done: int = 0):
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc=desc, unit="chunk")
+        self.bar = tqdm(total=total, initial=done, desc=desc, unit="chunk")
 
     def chunk(self, event: ChunkEvent) -> None:
         self.bar.update(1)
@@ -155,9 +177,10 @@ def run_batch(tr: Trainer, hyper: Hyper, seeds: np.ndarray, batch: Batch, hooks:
 
     ``pad_to``: run the program compiled for that many runs (≥ R); either way the runs
     are padded to a multiple of ``tr.run_multiple`` (the devices they are split over).
-    Every process of a multi-process run calls this with the same arguments. Returns
-    the final batched state (padding included; global arrays), metrics name -> float64
-    ``[R, U]`` (on every process) and the seconds of the first chunk (compile included).
+    A ``batch.resumed`` batch starts from its state and chunk. Every process of a
+    multi-process run calls this with the same arguments. Returns the final batched
+    state (padding included; global arrays), metrics name -> float64 ``[R, U]`` (on
+    every process) and the seconds of the first chunk run (compile included).
     """
     num_runs, cfg = len(seeds), tr.config
     size = padded_size(pad_to or num_runs, tr.run_multiple)
@@ -166,13 +189,16 @@ def run_batch(tr: Trainer, hyper: Hyper, seeds: np.ndarray, batch: Batch, hooks:
     for hook in hooks:
         hook.start(batch)
     start = time.perf_counter()
-    state = tr.init_runs(keys, hyper)
-    chunks, first_chunk_seconds = [], math.nan
-    for i in range(batch.num_chunks):
+    if batch.resumed is None:
+        state, chunks, done = tr.init_runs(keys, hyper), [], 0
+    else:
+        state, chunks, done = batch.resumed.state, [batch.resumed.metrics], batch.resumed.chunk
+    first_chunk_seconds = math.nan
+    for i in range(done, batch.num_chunks):
         state, metrics = tr.chunk_runs(state, hyper)
         metrics = {k: np.asarray(v[:num_runs], np.float64) for k, v in gather(metrics).items()}
         seconds = time.perf_counter() - start
-        if i == 0:
+        if i == done:
             first_chunk_seconds = seconds
         chunks.append(metrics)
         updates = np.arange(i * cfg.updates_per_chunk, (i + 1) * cfg.updates_per_chunk) + 1

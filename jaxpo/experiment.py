@@ -98,6 +98,13 @@ class RunSettings:
         runs_per_group: runs per compiled batch (none: as many as fit in half the free
             memory, from an estimate of one run).
         bootstrap_reps: bootstrap resamples for the confidence intervals in groups.csv.
+        log: loggers, comma-separated: csv, tensorboard, wandb (wandb: set WANDB_MODE=offline
+            to log without a network).
+        checkpoint_every: save a checkpoint every this many chunks (and after each group's
+            last chunk) into out/name/checkpoints/; 0: never.
+        keep: checkpoints kept (besides each group's last and the last before a divergence).
+        on_nan: when a run's loss, parameters or returns become non-finite: stop, or mask
+            the run (the other runs go on; for sweeps).
     """
 
     steps: int = 1_024_000
@@ -108,10 +115,19 @@ class RunSettings:
     progress: bool = True
     runs_per_group: int | None = None
     bootstrap_reps: int = 2000
+    log: str = "csv"
+    checkpoint_every: int = 0
+    keep: int = 3
+    on_nan: Literal["stop", "mask"] = "stop"
 
     def __post_init__(self):
+        from jaxpo.loggers import parse_loggers
+
         coerce_fields(self, "run")
-        for field in ("steps", "seeds", "bootstrap_reps"):
+        parse_loggers(self.log)
+        if self.checkpoint_every < 0:
+            raise ValueError(f"run.checkpoint_every must be >= 0 (chunks; 0: never), got {self.checkpoint_every}")
+        for field in ("steps", "seeds", "bootstrap_reps", "keep"):
             if getattr(self, field) < 1:
                 raise ValueError(f"run.{field} must be a positive integer, got {getattr(self, field)!r}")
         if self.runs_per_group is not None and self.runs_per_group < 1:

@@ -88,12 +88,12 @@ class Trainer:
         )
         # Counts of programs built (a trace happens exactly once per compiled signature).
         self.compiles = {"init": 0, "chunk": 0}
-        state_sharding, self.run_sharding, self._chunk_program = self._layout()
+        self.state_sharding, self.run_sharding, self._chunk_program = self._layout()
         self.init_runs = jax.jit(self._counted("init", jax.vmap(self.init)),
-                                 in_shardings=self.run_sharding, out_shardings=state_sharding)
+                                 in_shardings=self.run_sharding, out_shardings=self.state_sharding)
         self.chunk_runs = jax.jit(self._counted("chunk", self._chunk_program), donate_argnums=0,
-                                  in_shardings=(state_sharding, self.run_sharding),
-                                  out_shardings=(state_sharding, self.run_sharding))
+                                  in_shardings=(self.state_sharding, self.run_sharding),
+                                  out_shardings=(self.state_sharding, self.run_sharding))
 
     @property
     def run_multiple(self) -> int:

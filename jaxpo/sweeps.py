@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 import time
 from collections import OrderedDict
@@ -23,11 +24,14 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
+from jaxpo import checkpoint
 from jaxpo.config import Config, Hyper
-from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Run, ensure_writable,
+from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Resumed, Run, ensure_writable,
                           env_steps_per_update, run_batch)
-from jaxpo.experiment import Experiment, dump_yaml, from_dict, load_yaml
+from jaxpo.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict
+from jaxpo.guard import NanGuard
 from jaxpo.learner import Trainer, trainer
+from jaxpo.loggers import make_loggers, parse_loggers
 from jaxpo.parallel import agree, describe, is_main_process, padded_size
 from jaxpo.report import GROUP_STATS, group_statistics, plot_curves, run_summary, save_figure, write_csv, write_text
 from jaxpo.settings import Setting, settings, typed_spec
@@ -67,6 +71,7 @@ class Program:
     runs: list[Run]
     settings: list[Setting]
     group_size: int = 0
+    offset: int = 0  # chunks of the plan before this program's first group
     compiles: int = 0
     first_chunk_seconds: float = float("nan")
     metrics: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
@@ -74,6 +79,14 @@ class Program:
     @property
     def env_steps(self) -> np.ndarray:
         return env_steps_per_update(self.config, self.num_updates)
+
+    @property
+    def num_chunks(self) -> int:
+        return self.num_updates // self.config.updates_per_chunk
+
+    def groups(self) -> range:
+        """The first run of each group."""
+        return range(0, len(self.runs), self.group_size)
 
 
 @dataclasses.dataclass
@@ -87,6 +100,7 @@ class SweepResult:
     groups: list[dict[str, Any]]
     out_dir: str
     seconds: float
+    diverged: dict[int, tuple[int, list[str]]] = dataclasses.field(default_factory=dict)
 
     @property
     def runs(self) -> list[Run]:
@@ -131,32 +145,68 @@ def load(experiment: Experiment | str | Mapping | None = None, **sections: Mappi
 @dataclasses.dataclass
 class Plan:
     """A checked experiment, ready to run: its programs (runs grouped by static config)
-    and its output directory (created and proven writable). Nothing is compiled yet."""
+    and its output directory (created and proven writable). Nothing is compiled yet.
+    ``resume``: the checkpoint it continues from (meta and metrics only)."""
 
     experiment: Experiment
     programs: list[Program]
     out_dir: str
+    resume: checkpoint.Restored | None = None
 
     @property
     def is_sweep(self) -> bool:
         return bool(self.experiment.sweep.axes)
 
 
-def plan(experiment: Experiment | str | Mapping | None = None, **sections: Mapping[str, Any]) -> Plan:
+def plan(experiment: Experiment | str | Mapping | None = None, *, resume: bool = False,
+         **sections: Mapping[str, Any]) -> Plan:
     """Checks everything a run needs (every setting's config, env, support and
     hyperparameters; the output directory) and plans the programs. Raises ValueError
-    naming the bad field; compiles nothing."""
+    naming the bad field; compiles nothing.
+
+    ``resume``: continue ``<run.out>/<run.name>`` from its latest complete checkpoint;
+    the experiment must equal the checkpoint's but for how it is run and logged (and
+    ``run.steps``, for a run of one group)."""
     experiment = typed_spec(load(experiment, **sections))
     programs = _plan(experiment)
+    if resume and not experiment.run.name:
+        raise ValueError("resume needs the run's directory: run.name (and run.out)")
     name = experiment.run.name or _default_name(experiment, programs)
     out_dir = os.path.join(experiment.run.out, name)
+    latest = checkpoint.restore(out_dir) if resume else None
     if is_main_process():
         ensure_writable(out_dir)
     experiment = experiment.replace(run={"name": name})
-    sizes = [group_size(trainer(p.config), len(p.runs), experiment.run.runs_per_group) for p in programs]
-    for program, size in zip(programs, agree(sizes)):  # free memory differs between hosts
-        program.group_size = int(size)
-    return Plan(experiment, programs, out_dir)
+    if latest is not None:
+        sizes = checkpoint.check_resumable(latest.meta, to_dict(experiment), [len(p.runs) for p in programs])
+    else:
+        sizes = [group_size(trainer(p.config), len(p.runs), experiment.run.runs_per_group) for p in programs]
+        sizes = agree(sizes)  # free memory differs between hosts
+    offset = 0
+    for program, size in zip(programs, sizes):
+        program.group_size, program.offset = int(size), offset
+        offset += len(program.groups()) * program.num_chunks
+    if latest is not None and latest.chunk > programs[0].num_chunks:
+        raise ValueError(f"cannot resume with run.steps={experiment.run.steps}: the checkpoint has trained "
+                         f"{latest.chunk} chunks, more than the {programs[0].num_chunks} asked for")
+    return Plan(experiment, programs, out_dir, latest)
+
+
+def resume(run_dir: str, *, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = (),
+           **sections: Mapping[str, Any]) -> SweepResult:
+    """Continues the run (or sweep) in ``run_dir`` from its latest complete checkpoint;
+    ``sections`` may change how it runs (``run={"steps": ...}`` for a run of one group,
+    ``run={"log": ...}``). The result equals an uninterrupted run's, bitwise."""
+    return execute(plan(resume_experiment(run_dir, **sections), resume=True), log=log, hooks=hooks)
+
+
+def resume_experiment(run_dir: str, **sections: Mapping[str, Any]) -> Experiment:
+    """The experiment saved in ``run_dir``'s latest checkpoint, with ``sections`` over it."""
+    meta = checkpoint.restore(run_dir).meta
+    run_dir = os.path.normpath(run_dir)
+    base = from_dict(meta["experiment"], source=f"the checkpoint in {run_dir!r}")
+    located = {"out": os.path.dirname(run_dir) or ".", "name": os.path.basename(run_dir)}
+    return base.replace(**{**sections, "run": {**sections.get("run", {}), **located}})
 
 
 def sweep(experiment: Experiment | str | Mapping | None = None, *, log: Callable[[str], None] | None = None,
@@ -176,55 +226,101 @@ def sweep(experiment: Experiment | str | Mapping | None = None, *, log: Callable
 def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = ()) -> SweepResult:
     """Trains a ``Plan``: program after program, group after group, then the reports.
     In a multi-process run every process calls this; only the main one writes files
-    and logs (``hooks`` run on every process)."""
+    and logs (``hooks``, the NaN guard and checkpoints run on every process)."""
     writer = is_main_process()
     log = (log or (lambda line: None)) if writer else (lambda line: None)
-    experiment, programs, out_dir = plan_.experiment, plan_.programs, plan_.out_dir
+    experiment, programs, out_dir, run = plan_.experiment, plan_.programs, plan_.out_dir, plan_.experiment.run
     trainers = [trainer(p.config) for p in programs]
-    hooks = list(hooks)
+    context, loggers = to_dict(experiment), parse_loggers(run.log)
+    logs: list[Hook] = []
+    csv = None
     if writer:
         write_text(os.path.join(out_dir, "sweep.yaml" if plan_.is_sweep else "config.yaml"), dump_yaml(experiment))
-        metric_names = sorted({m for tr in trainers for m in tr.metric_names})
-        hooks.insert(0, MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names))
-    total_chunks = sum(-(-len(p.runs) // p.group_size) * (p.num_updates // p.config.updates_per_chunk)
-                       for p in programs)
-    bar = None
-    if experiment.run.progress and writer:
-        bar = ProgressBar(total_chunks, desc="sweep" if plan_.is_sweep else "train")
+        if "csv" in loggers:
+            metric_names = sorted({m for tr in trainers for m in tr.metric_names})
+            csv = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names)
+            logs.append(csv)
+        logs += make_loggers(loggers, out_dir, context)
+    saver = None
+    guard = NanGuard(run.on_nan, log=log, diverged=plan_.resume.meta.get("diverged") if plan_.resume else None)
+    if run.checkpoint_every:
+        meta = {"experiment": context, "program_runs": [len(p.runs) for p in programs],
+                "group_sizes": [p.group_size for p in programs], "diverged": guard.diverged}
+        pinned = plan_.resume.meta["pinned"] if plan_.resume else ()
+        saver = checkpoint.Checkpointer(out_dir, run.checkpoint_every, run.keep, meta, pinned)
+        guard.pin = saver.pin_latest
+    resume_at = plan_.resume.meta["batch"] if plan_.resume else -1
+    total = sum(len(p.groups()) * p.num_chunks for p in programs)
+    done = plan_.resume.step if plan_.resume else 0
+    bar = ProgressBar(total, "sweep" if plan_.is_sweep else "train", done) if run.progress and writer else None
+    # Order matters: a chunk is checked (diverged runs masked), logged, then checkpointed.
+    tail = [*([saver] if saver else []), *([bar] if bar else [])]
+    owned, hooks = [guard, *logs, *tail], [guard, *logs, *hooks, *tail]  # owned: made here, closed here
     log(f"{sum(len(p.runs) for p in programs)} runs ({len({r.setting for p in programs for r in p.runs})} settings × "
-        f"{experiment.run.seeds} seeds) in {len(programs)} program(s); runs per group: "
-        f"{', '.join(str(p.group_size) for p in programs)}; {describe()}; writing to {out_dir}")
+        f"{run.seeds} seeds) in {len(programs)} program(s); runs per group: "
+        f"{', '.join(str(p.group_size) for p in programs)}; {describe()}; writing to {out_dir}"
+        + (f"; resuming from checkpoint {plan_.resume.step} (batch {resume_at}, chunk {plan_.resume.chunk})"
+           if plan_.resume else ""))
     start = time.perf_counter()
     try:
+        index = 0
         for program, tr in zip(programs, trainers):
-            _run_program(program, tr, hooks + ([bar] if bar else []))
+            index = _run_program(program, tr, hooks, index, resume_at, out_dir, csv)
     finally:
-        if bar is not None:
-            bar.close()
-    result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start)
+        for hook in owned:
+            if hasattr(hook, "close"):
+                hook.close()
+    result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start, dict(guard.diverged))
     _write_reports(result, plan_.is_sweep, write=writer)
     return result
 
 
-def _run_program(program: Program, tr: Trainer, hooks: Sequence) -> None:
-    """Trains a program's runs group by group with one compiled chunk; fills its metrics."""
+def _run_program(program: Program, tr: Trainer, hooks: Sequence, index: int, resume_at: int, out_dir: str,
+                 csv: MetricsCSV | None) -> int:
+    """Trains a program's runs group by group with one compiled chunk; fills its metrics.
+    Groups before batch ``resume_at`` are finished (their metrics come from their last
+    checkpoint), that one continues from the latest. Returns the next batch index."""
     compiles_before = tr.compiles["chunk"]
     size = program.group_size
     # Stacked once: every group then has the same support form (dense, or neighbour
     # lists of one width K), so they all share the program.
     all_hyper = Hyper.stack([s.hyper for s in program.settings])
     parts = []
-    for lo in range(0, len(program.runs), size):
+    for g, lo in enumerate(program.groups()):
         runs = program.runs[lo:lo + size]
+        batch = Batch(program.config, runs, program.num_updates, index, program.offset + g * program.num_chunks)
+        index += 1
+        if batch.index <= resume_at:
+            batch = _restored(batch, tr, out_dir, last=batch.index < resume_at, csv=csv)
+            if batch.resumed.chunk == batch.num_chunks:
+                parts.append(batch.resumed.metrics)
+                continue
         hyper = jax.tree.map(lambda x: x[lo:lo + size], all_hyper)
         seeds = np.array([r.seed for r in runs])
-        _, metrics, first = run_batch(tr, hyper, seeds, Batch(program.config, runs, program.num_updates), hooks,
-                                      pad_to=size)
-        if lo == 0:
+        _, metrics, first = run_batch(tr, hyper, seeds, batch, hooks, pad_to=size)
+        if math.isnan(program.first_chunk_seconds):
             program.first_chunk_seconds = first
         parts.append(metrics)
     program.metrics = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     program.compiles = tr.compiles["chunk"] - compiles_before
+    return index
+
+
+def _restored(batch: Batch, tr: Trainer, out_dir: str, last: bool, csv: MetricsCSV | None) -> Batch:
+    """``batch`` with what its checkpoint holds: a finished batch's metrics (its last
+    step), or the latest step's state and metrics. Their rows go back into the CSV."""
+    if last:
+        found = checkpoint.restore(out_dir, step=batch.chunk_offset + batch.num_chunks)
+    else:
+        found = checkpoint.restore(out_dir, target=lambda meta: checkpoint.abstract_state(tr, meta["state_runs"]),
+                                   accept=lambda meta: meta["batch"] == batch.index)
+    if csv is not None:  # chunk by chunk, in the order they were first written
+        k = batch.config.updates_per_chunk
+        for c in range(found.chunk):
+            updates = np.arange(c * k, (c + 1) * k) + 1
+            csv.write(batch, updates, updates * batch.config.steps_per_update,
+                      {name: v[:, c * k:(c + 1) * k] for name, v in found.metrics.items()})
+    return dataclasses.replace(batch, resumed=Resumed(found.chunk, found.state, found.metrics))
 
 
 def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True) -> None:
@@ -240,8 +336,9 @@ def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True) -> N
             result.summary.append({"run_id": run.run_id, "label": run.label, "setting": run.setting, "seed": run.seed,
                                    **{a: run.values[a] for a in axes},
                                    "env_steps": int(program.env_steps[-1]),
-                                   **{n: float(v[r]) for n, v in stats.items()}})
-    header = [*RUN_COLUMNS, *axes, "env_steps", *summary_names]
+                                   **{n: float(v[r]) for n, v in stats.items()},
+                                   "diverged_at_update": result.diverged.get(run.run_id, ("",))[0]})
+    header = [*RUN_COLUMNS, *axes, "env_steps", *summary_names, "diverged_at_update"]
     if write:
         write_csv(os.path.join(result.out_dir, "summary.csv"), header,
                   [[row.get(h, float("nan")) for h in header] for row in result.summary])

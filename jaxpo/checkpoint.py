@@ -1,0 +1,334 @@
+"""Checkpoints and exact resume (orbax).
+
+A checkpoint is one orbax step in ``<run dir>/checkpoints/<step>/``, the step being the
+number of chunks the whole plan has trained (batch after batch). It holds
+
+    state    every non-empty leaf of the batched ``TrainState`` (params, optimiser
+             states, env and hidden states, value-norm statistics, keys, update counter),
+             as global arrays; restored onto the trainer's shardings
+    history  the batch's metrics so far: name -> float64 [R, chunks done × K] (orbax
+             reserves the item name "metrics")
+    meta     JSON: format, jaxpo version, which batch and chunk, the run table, the
+             resolved experiment (or config) and digests of the traced values
+
+Zero-size leaves (the feed-forward carry ``[R, E, N, 0]``) are not saved (orbax refuses
+them) and are rebuilt as zeros. orbax writes a step into a temporary directory and
+renames it when complete, so a save cut short by a crash is never read; a step that
+fails to read (truncated or corrupted files) is reported and the one before it used.
+Nothing is unpickled: arrays are tensorstore files and meta is JSON.
+
+The last ``keep`` steps are kept, and also every batch's final step (sweeps need the
+metrics of finished batches, and ``jaxpo eval`` their policies) and any step marked
+with ``pin`` (the last finite state before a run diverged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import warnings
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxpo.driver import Batch, ChunkEvent, Hook
+from jaxpo.experiment import Experiment, to_dict
+
+FORMAT = 1
+DIRECTORY = "checkpoints"
+
+
+def _ocp():
+    import orbax.checkpoint as ocp  # imported on use: it starts threads and is slow to import
+
+    return ocp
+
+
+class _QuietReadOnly(logging.Filter):
+    """Drops orbax's warnings that a manager we open read-only is read-only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "is read only" not in message and "read_only=True" not in message
+
+
+logging.getLogger("absl").addFilter(_QuietReadOnly())
+
+
+def _version() -> str:
+    from jaxpo import __version__
+
+    return __version__
+
+
+def checkpoint_dir(run_dir: str) -> str:
+    return os.path.join(os.path.abspath(run_dir), DIRECTORY)
+
+
+def _name(path) -> str:
+    return ".".join(str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", k)))) for k in path)
+
+
+def flatten_state(state: Any) -> dict[str, Any]:
+    """``{dotted path: leaf}`` of every non-empty leaf (``params.actor.Dense_0.kernel``)."""
+    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    return {_name(path): leaf for path, leaf in leaves if np.prod(leaf.shape) > 0}
+
+
+def unflatten_state(flat: Mapping[str, Any], abstract: Any) -> Any:
+    """The tree of ``abstract`` (``ShapeDtypeStruct``s with shardings) filled from
+    ``flat``; zero-size leaves rebuilt as zeros on their sharding."""
+    paths, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    leaves = [flat[_name(p)] if np.prod(x.shape) > 0 else jnp.zeros(x.shape, x.dtype, device=x.sharding)
+              for p, x in paths]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def digest(tree: Any) -> dict[str, str]:
+    """``{field: sha256 of its bytes}`` for each leaf of ``tree`` (e.g. the batched
+    Hyper): two runs resume compatibly only with identical traced values."""
+    return {_name(path): hashlib.sha256(np.ascontiguousarray(np.asarray(leaf)).tobytes()).hexdigest()[:16]
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+class _Pinned:
+    """An orbax preservation policy: keep the steps in ``steps`` (a set, grown later)."""
+
+    def __init__(self, steps: set[int]):
+        self.steps = steps
+
+    def should_preserve(self, checkpoints, *, context) -> list[bool]:
+        return [info.step in self.steps for info in checkpoints]
+
+
+def _manager(directory: str, keep: int, pinned: set[int] | None = None, read_only: bool = False):
+    ocp = _ocp()
+    from orbax.checkpoint._src.checkpoint_managers import preservation_policy as pp
+
+    policy = None
+    if not read_only:
+        policy = pp.AnyPreservationPolicy([pp.LatestN(keep), _Pinned(pinned if pinned is not None else set())])
+    options = ocp.CheckpointManagerOptions(create=not read_only, read_only=read_only, preservation_policy=policy,
+                                           enable_async_checkpointing=True)
+    handlers = {"state": ocp.StandardCheckpointHandler(), "history": ocp.StandardCheckpointHandler(),
+                "meta": ocp.JsonCheckpointHandler()}
+    return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+
+
+class Checkpointer(Hook):
+    """Saves every ``every`` chunks of the plan and after each batch's last chunk.
+
+    ``meta`` is what every step records besides the position (the run table and
+    experiment are added per batch). Saves are asynchronous: the arrays are copied
+    off the devices, then written in the background while training goes on;
+    ``close`` waits for the last one.
+    """
+
+    def __init__(self, run_dir: str, every: int, keep: int = 3, meta: Mapping[str, Any] | None = None,
+                 pinned: Sequence[int] = ()):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"checkpoint_every must be a positive integer (chunks), got {every!r}")
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be a positive integer (checkpoints), got {keep!r}")
+        self.every, self.meta = every, dict(meta or {})
+        self.pinned = set(pinned)
+        self.manager = _manager(checkpoint_dir(run_dir), keep, self.pinned)
+        self.history: list[dict[str, np.ndarray]] = []
+        self.last_step: int | None = None
+
+    def start(self, batch: Batch) -> None:
+        self.history = [] if batch.resumed is None else [batch.resumed.metrics]
+
+    def chunk(self, event: ChunkEvent) -> None:
+        self.history.append(event.metrics)
+        batch, done = event.batch, event.index + 1
+        step = batch.chunk_offset + done
+        if step % self.every and done < batch.num_chunks:
+            return
+        if done == batch.num_chunks:
+            self.pinned.add(step)
+        metrics = {k: np.concatenate([h[k] for h in self.history], axis=1) for k in self.history[-1]}
+        # A copy: the next chunk donates (overwrites) the state's buffers while orbax writes.
+        state = jax.tree.map(jnp.copy, flatten_state(event.state))
+        meta = {**self.meta, "format": FORMAT, "jaxpo": _version(), "step": step, "batch": batch.index,
+                "config": to_dict(Experiment(config=batch.config))["config"],
+                "chunk": done, "num_chunks": batch.num_chunks, "num_updates": batch.num_updates,
+                "runs": [dataclasses.asdict(r) for r in batch.runs],
+                "state_runs": int(jax.tree.leaves(event.state)[0].shape[0]), "pinned": sorted(self.pinned),
+                "leaves": {k: [list(v.shape), str(v.dtype)] for k, v in state.items()}}
+        ocp = _ocp()
+        self.manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), history=ocp.args.StandardSave(metrics),
+            meta=ocp.args.JsonSave(_plain(meta))), force=True)
+        self.last_step = step
+
+    def pin_latest(self) -> None:
+        """Keeps the latest saved step for good (e.g. the last one before a run diverged)."""
+        if self.last_step is not None:
+            self.pinned.add(self.last_step)
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: numpy scalars and arrays as Python numbers and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+@dataclasses.dataclass
+class Restored:
+    """A checkpoint read back: its ``step``, ``meta``, the batch's ``metrics``
+    ``[R, chunks × K]`` and (when asked for) the batched ``state``."""
+
+    step: int
+    meta: dict[str, Any]
+    metrics: dict[str, np.ndarray]
+    state: Any = None
+
+    @property
+    def chunk(self) -> int:
+        return int(self.meta["chunk"])
+
+
+def steps(run_dir: str) -> list[int]:
+    """The complete checkpoint steps of a run directory, oldest first ([] if none)."""
+    directory = checkpoint_dir(run_dir)
+    if not os.path.isdir(directory):
+        return []
+    with contextlib.closing(_manager(directory, 1, read_only=True)) as manager:
+        return sorted(manager.all_steps())
+
+
+def _readable_error(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+def read_meta(run_dir: str, step: int) -> dict[str, Any]:
+    """A step's meta; a ValueError naming the step when it cannot be read."""
+    ocp = _ocp()
+    try:
+        with contextlib.closing(_manager(checkpoint_dir(run_dir), 1, read_only=True)) as manager:
+            return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+    except Exception as err:
+        raise ValueError(f"checkpoint {os.path.join(checkpoint_dir(run_dir), str(step))} cannot be read "
+                         f"({_readable_error(err)})") from None
+
+
+def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int | None = None,
+            accept: Callable[[dict], bool] = lambda meta: True) -> Restored:
+    """The newest readable checkpoint of ``run_dir`` (or ``step``) that ``accept``s its
+    meta. ``target(meta)`` gives the abstract batched state (``ShapeDtypeStruct``s with
+    shardings) to restore onto; without it only meta and metrics are read.
+
+    A step whose files cannot be read is reported with a warning and the one before it
+    is tried. Raises ValueError when the directory holds no complete, readable checkpoint.
+    """
+    directory = checkpoint_dir(run_dir)
+    if not os.path.isdir(os.path.abspath(run_dir)):
+        raise ValueError(f"run directory {run_dir!r} does not exist")
+    candidates = steps(run_dir) if step is None else [step]
+    if not candidates:
+        raise ValueError(f"{run_dir!r} holds no complete checkpoint (looked in {directory}); "
+                         f"train it with --checkpoint-every to make some")
+    ocp = _ocp()
+    problems = []
+    for s in reversed(candidates):
+        try:
+            meta = read_meta(run_dir, s)
+            if not accept(meta):
+                continue
+            _check_format(meta, run_dir)
+            items = {"history": ocp.args.StandardRestore()}
+            abstract = None
+            if target is not None:
+                abstract = target(meta)
+                items["state"] = ocp.args.StandardRestore(flatten_state(abstract))
+            with contextlib.closing(_manager(directory, 1, read_only=True)) as manager:
+                out = manager.restore(s, args=ocp.args.Composite(**items))
+            state = None if abstract is None else unflatten_state(out.state, abstract)
+            metrics = {k: np.asarray(v, np.float64) for k, v in out.history.items()}
+            return Restored(s, meta, metrics, state)
+        except IncompatibleCheckpoint:
+            raise
+        except Exception as err:  # orbax/tensorstore report corrupt files in many types
+            problems.append(f"step {s}: {_readable_error(err)}")
+        warnings.warn(f"checkpoint {os.path.join(directory, str(s))} cannot be read ({problems[-1]}); "
+                      f"trying the one before it")
+    if problems:
+        raise ValueError(f"no checkpoint in {directory} can be read: " + "; ".join(problems))
+    raise ValueError(f"no checkpoint in {directory} matches what was asked for")
+
+
+class IncompatibleCheckpoint(ValueError):
+    """A readable checkpoint that this jaxpo cannot resume."""
+
+
+def _check_format(meta: Mapping[str, Any], run_dir: str) -> None:
+    version, mine = str(meta.get("jaxpo", "?")), _version()
+    if meta.get("format") != FORMAT or version.split(".")[:2] != mine.split(".")[:2]:
+        raise IncompatibleCheckpoint(f"the checkpoint in {run_dir!r} was written by jaxpo {version} (checkpoint format "
+                         f"{meta.get('format')}); this is jaxpo {mine} (format {FORMAT}), which cannot resume it")
+
+
+def differences(saved: Mapping[str, Any], now: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``["config.num_envs: checkpoint 16, now 32", …]`` between two nested mappings."""
+    out = []
+    for key in sorted(set(saved) | set(now), key=str):
+        a, b = saved.get(key, "<absent>"), now.get(key, "<absent>")
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: checkpoint {a!r}, now {b!r}")
+    return out
+
+
+def abstract_state(tr, size: int) -> Any:
+    """The batched ``TrainState`` of ``size`` runs (padding included) as
+    ``ShapeDtypeStruct``s on the trainer's shardings: the target of a restore."""
+    _, hyper = tr._abstract_run
+    batched = lambda x: jax.ShapeDtypeStruct((size, *x.shape), x.dtype)
+    shapes = jax.eval_shape(tr.init_runs, jax.ShapeDtypeStruct((size, 2), jnp.uint32), jax.tree.map(batched, hyper))
+    shardings = tr.state_sharding
+    if not isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings), shapes)
+
+
+# What may differ on resume: how a run is shown, logged and checkpointed, and where it is.
+FREE_ON_RESUME = ("run.progress", "run.bootstrap_reps", "run.log", "run.checkpoint_every", "run.keep",
+                  "run.on_nan", "run.runs_per_group", "run.out", "run.name")
+
+
+def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], program_runs: Sequence[int]) -> list[int]:
+    """Refuses to resume ``meta``'s checkpoint as ``experiment`` (``to_dict`` form, with
+    ``program_runs`` runs per static config) when they differ in anything but
+    ``FREE_ON_RESUME`` (or ``run.steps``, for a run of one group); returns the saved
+    group sizes, which the resumed plan must keep."""
+    saved_runs, sizes = list(meta["program_runs"]), list(meta["group_sizes"])
+    if saved_runs != list(program_runs):
+        raise ValueError(f"cannot resume: the number of runs differs (checkpoint {sum(saved_runs)}, "
+                         f"now {sum(program_runs)}): " + "; ".join(differences(meta["experiment"], experiment)))
+    diffs = [d for d in differences(meta["experiment"], experiment) if d.split(":")[0] not in FREE_ON_RESUME]
+    one_group = len(sizes) == 1 and sizes[0] >= saved_runs[0]
+    if one_group:
+        diffs = [d for d in diffs if not d.startswith("run.steps:")]
+    if diffs:
+        hint = "" if one_group else " (run.steps can change only for a run of one group)"
+        raise ValueError("cannot resume: the experiment differs from the checkpoint's in " + "; ".join(diffs) + hint)
+    return sizes

@@ -1,0 +1,245 @@
+"""Trained policies: load one from a run's checkpoint, evaluate it, render an episode.
+
+    policy = jaxpo.load_policy("runs/<name>", run=0)    # a pure act(key, obs, mask)
+    stats = jaxpo.evaluate(policy, episodes=100)        # compiled, vmapped over episodes
+    jaxpo.render_episode(policy, "episode.gif")          # the env's render, via imageio
+
+Evaluation runs ``episodes`` environments side by side, each for exactly one
+episode (``env.max_steps`` steps cover the longest); the return is the team-mean
+episode return, as in training. ``jaxpo eval`` does this for every checkpointed run
+at once (vmapped over runs too) and writes ``eval.csv``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxpo import checkpoint
+from jaxpo.config import Config
+from jaxpo.learner import trainer
+from jaxpo.networks import ActorCritic, MaskedDiagGaussian
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """One run's trained actor: ``act(key, obs [N, O], mask [N, A]) -> actions [N]``
+    (``[N, A]`` continuous; any leading batch axes allowed). Recurrent actors carry a
+    hidden state: ``act(key, obs, mask, carry, first) -> (actions, carry)``, starting
+    from ``initial_carry()``. ``greedy``: the most likely action instead of a sample."""
+
+    config: Config
+    params: Any  # {"actor", "critic"} of one run
+    run: dict[str, Any]  # its row of the run table (run_id, label, setting, seed, values)
+    update: int  # train steps behind these parameters
+    greedy: bool = True
+
+    @functools.cached_property
+    def net(self) -> ActorCritic:
+        return trainer(self.config).net
+
+    def initial_carry(self, batch_shape: tuple[int, ...] = ()) -> jax.Array:
+        return self.net.initial_carry(batch_shape)["actor"]
+
+    def act(self, key: jax.Array, obs: jax.Array, mask: jax.Array, carry: jax.Array | None = None,
+            first: jax.Array | None = None):
+        if not self.net.recurrent:
+            return choose(self.net.policy(self.params, obs, mask), key, self.greedy)
+        carry = self.initial_carry(obs.shape[:-2]) if carry is None else carry
+        first = jnp.zeros(obs.shape[:-2], bool) if first is None else first
+        carry, out = self.net.actor.step(self.params["actor"], carry, obs, first)
+        return choose(self.net.distribution(out, mask), key, self.greedy), carry
+
+    __call__ = act
+
+
+def choose(dist: Any, key: jax.Array, greedy: bool) -> jax.Array:
+    """The most likely action (``greedy``) or a sample."""
+    if not greedy:
+        return dist.sample(seed=key)
+    if isinstance(dist, MaskedDiagGaussian):
+        return jnp.where(dist.mask, dist.mean, 0.0)
+    return dist.mode()
+
+
+def _config(meta: dict[str, Any]) -> Config:
+    from jaxpo.experiment import from_dict
+
+    return from_dict({"config": meta["config"]}, source="the checkpoint's config").config
+
+
+def latest_batches(run_dir: str) -> dict[int, int]:
+    """``{batch index: newest checkpoint step of that batch}`` for a run directory."""
+    newest: dict[int, int] = {}
+    for step in checkpoint.steps(run_dir):
+        try:
+            newest[int(checkpoint.read_meta(run_dir, step)["batch"])] = step
+        except ValueError as err:  # an unreadable step: the batch's previous one serves
+            warnings.warn(str(err))
+    return newest
+
+
+def load_runs(run_dir: str, step: int) -> tuple[Config, Any, list[dict], dict]:
+    """``(config, params [R, ...] (padding dropped), run table, meta)`` of one checkpoint."""
+    meta = checkpoint.read_meta(run_dir, step)
+    config = _config(meta)
+    tr = trainer(config)
+    found = checkpoint.restore(run_dir, target=lambda m: checkpoint.abstract_state(tr, m["state_runs"]), step=step)
+    params = jax.tree.map(lambda x: np.asarray(jax.device_get(x))[:len(meta["runs"])], found.state.params)
+    return config, params, meta["runs"], found.meta
+
+
+def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
+    """Run ``run``'s (its ``run_id``) trained policy from the newest checkpoint holding it."""
+    batches = latest_batches(run_dir) or {}
+    if not batches:
+        checkpoint.restore(run_dir)  # raises the clear error: no directory / no checkpoint
+    for step in sorted(batches.values(), reverse=True):
+        runs = checkpoint.read_meta(run_dir, step)["runs"]
+        ids = [r["run_id"] for r in runs]
+        if run in ids:
+            config, params, runs, meta = load_runs(run_dir, step)
+            r = ids.index(run)
+            return Policy(config, jax.tree.map(lambda x: jnp.asarray(x[r]), params), runs[r],
+                          int(meta["chunk"]) * config.updates_per_chunk, greedy)
+    known = sorted(r for step in batches.values() for r in _run_ids(run_dir, step))
+    raise ValueError(f"--run {run} is not among the checkpointed runs of {run_dir!r} "
+                     f"(run ids {known[0]}..{known[-1]})")
+
+
+def _run_ids(run_dir: str, step: int) -> list[int]:
+    return [r["run_id"] for r in checkpoint.read_meta(run_dir, step)["runs"]]
+
+
+@functools.partial(jax.jit, static_argnames=("config", "episodes", "greedy"))
+def _episode_returns(config: Config, params: Any, key: jax.Array, episodes: int, greedy: bool):
+    """One episode in each of ``episodes`` environments, for runs ``params [R, ...]``:
+    ``(returns [R, episodes] (team mean), won bool [R, episodes] or None)``."""
+    tr = trainer(config)
+    env, net = tr.env, tr.net
+
+    def one_run(params, key):
+        key_reset, key = jax.random.split(key)
+        env_state, ts = jax.vmap(env.reset)(jax.random.split(key_reset, episodes))
+        carry = net.initial_carry((episodes,))["actor"]
+        first = jnp.ones((episodes,), bool)
+        running = jnp.ones((episodes,), bool)
+
+        def step(carry_, key):
+            env_state, ts, carry, first, running, total, won = carry_
+            key_act, key_env = jax.random.split(key)
+            if net.recurrent:
+                carry, out = net.actor.step(params["actor"], carry, ts.obs, first)
+                dist = net.distribution(out, ts.action_mask)
+            else:
+                dist = net.policy(params, ts.obs, ts.action_mask)
+            actions = choose(dist, key_act, greedy)
+            env_state, ts = jax.vmap(env.step)(jax.random.split(key_env, episodes), env_state, actions)
+            total = total + jnp.where(running, ts.reward.mean(-1), 0.0)
+            if ts.won is not None:
+                won = won | (running & ts.done & ts.won)
+            return (env_state, ts, carry, ts.done, running & ~ts.done, total, won), None
+
+        zeros = jnp.zeros((episodes,))
+        init = (env_state, ts, carry, first, running, zeros, jnp.zeros((episodes,), bool))
+        final, _ = jax.lax.scan(step, init, jax.random.split(key, env.max_steps))
+        return final[5], final[6]
+
+    returns, won = jax.vmap(one_run)(params, jax.random.split(key, jax.tree.leaves(params)[0].shape[0]))
+    has_win = jax.eval_shape(env.reset, key)[1].won is not None
+    return returns, won if has_win else None
+
+
+def evaluate(policy: Policy, episodes: int = 100, seed: int = 0, greedy: bool | None = None) -> dict[str, float]:
+    """Mean, std and IQM of ``episodes`` episode returns of ``policy`` (and its win
+    rate where the environment has one), and the episodes per second after compiling."""
+    greedy = policy.greedy if greedy is None else greedy
+    params = jax.tree.map(lambda x: jnp.asarray(x)[None], policy.params)
+    return summarize(*run_episodes(policy.config, params, episodes, seed, greedy))[0]
+
+
+def run_episodes(config: Config, params: Any, episodes: int, seed: int, greedy: bool):
+    """``(returns [R, episodes], won [R, episodes] or None, episodes per second)``."""
+    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
+        raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
+    key = jax.random.PRNGKey(seed)
+    jax.block_until_ready(_episode_returns(config, params, key, int(episodes), bool(greedy)))  # compile
+    start = time.perf_counter()
+    returns, won = jax.device_get(_episode_returns(config, params, key, int(episodes), bool(greedy)))
+    rate = returns.size / (time.perf_counter() - start)
+    return np.asarray(returns), None if won is None else np.asarray(won), rate
+
+
+def summarize(returns: np.ndarray, won: np.ndarray | None, rate: float) -> list[dict[str, float]]:
+    """Per run: episodes, mean, std and IQM (interquartile mean) return, win rate."""
+    from scipy.stats import trim_mean
+
+    rows = []
+    for r in range(returns.shape[0]):
+        row = {"episodes": int(returns.shape[1]), "mean_return": float(returns[r].mean()),
+               "std_return": float(returns[r].std()), "iqm_return": float(trim_mean(returns[r], 0.25))}
+        if won is not None:
+            row["win_rate"] = float(won[r].mean())
+        rows.append({**row, "episodes_per_second": round(rate, 1)})
+    return rows
+
+
+def episode_frames(policy: Policy, seed: int = 0) -> list[np.ndarray]:
+    """One episode of ``policy`` drawn with its environment's ``render``: one RGB frame
+    per step (the state each action was taken in), ``[T] × uint8 [H, W, 3]``."""
+    tr = trainer(policy.config)
+    env = tr.env.env  # the raw env: its state stays that of the episode that ends
+    if not callable(getattr(env, "render", None)):
+        raise ValueError(f"environment {policy.config.env!r} cannot render (it has no render method)")
+
+    @jax.jit
+    def play(key):
+        key_reset, key = jax.random.split(key)
+        state, ts = env.reset(key_reset)
+
+        def step(c, key):
+            state, ts, carry, first, running = c
+            key_act, key_env = jax.random.split(key)
+            if policy.net.recurrent:
+                actions, carry = policy.act(key_act, ts.obs, ts.action_mask, carry, first)
+            else:
+                actions = policy.act(key_act, ts.obs, ts.action_mask)
+            next_state, next_ts = env.step(key_env, state, actions)
+            return (next_state, next_ts, carry, jnp.zeros((), bool), running & ~next_ts.done), (state, running)
+
+        init = (state, ts, policy.initial_carry(), jnp.ones((), bool), jnp.ones((), bool))
+        return jax.lax.scan(step, init, jax.random.split(key, env.max_steps))[1]
+
+    states, running = jax.device_get(play(jax.random.PRNGKey(seed)))
+    steps = int(np.asarray(running).sum())
+    return [np.asarray(env.render(jax.tree.map(lambda x: x[t], states)))[..., :3] for t in range(steps)]
+
+
+def render_episode(policy: Policy, path: str, seed: int = 0, fps: int = 10) -> int:
+    """Writes one episode of ``policy`` to ``path`` (``.gif``, or ``.mp4`` with the
+    imageio-ffmpeg plugin); returns the number of frames."""
+    import imageio.v3 as iio
+
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in (".gif", ".mp4"):
+        raise ValueError(f"--out must end in .gif or .mp4, got {path!r}")
+    frames = episode_frames(policy, seed)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if suffix == ".gif":
+        iio.imwrite(path, np.stack(frames), duration=1000 / fps, loop=0)
+    else:
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            raise ValueError("writing .mp4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); "
+                             "or write a .gif") from None
+        iio.imwrite(path, np.stack(frames), fps=fps, plugin="FFMPEG")
+    return len(frames)

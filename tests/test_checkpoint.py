@@ -1,0 +1,215 @@
+"""Checkpoints and exact resume: bitwise equal to an uninterrupted run, across a new
+process, a SIGKILL during a save and a sweep of several groups; refusals; corruption."""
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import jaxpo
+from jaxpo import checkpoint, cli
+from jaxpo.driver import Hook
+from jaxpo.guard import NonFiniteError
+from jaxpo.learner import trainer
+from jaxpo.sweeps import resume
+
+CHUNKS = 16  # of one update each; 128 env steps per update
+FLAGS = ["--env", "public_goods", "--num-envs", "8", "--num-steps", "16", "--updates-per-chunk", "1", "--seeds", "2",
+         "--no-progress"]
+EXPERIMENT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, "updates_per_chunk": 1},
+              "run": {"seeds": 2, "progress": False, "steps": 128 * CHUNKS}}
+
+
+def experiment(out, name, **run):
+    return {**EXPERIMENT, "run": {**EXPERIMENT["run"], "out": str(out), "name": name, **run}}
+
+
+def final_state(run_dir):
+    """The batched state of a run directory's newest checkpoint, on the host."""
+    meta = checkpoint.read_meta(run_dir, checkpoint.steps(run_dir)[-1])
+    tr = trainer(jaxpo.experiment.from_dict({"config": meta["config"]}).config)
+    found = checkpoint.restore(run_dir, target=lambda m: checkpoint.abstract_state(tr, m["state_runs"]))
+    return jax.device_get(found.state)
+
+
+def assert_same_run(a, b):
+    """Every metric (the CSV, byte for byte) and every leaf of the final state equal."""
+    with open(os.path.join(a, "metrics.csv")) as fa, open(os.path.join(b, "metrics.csv")) as fb:
+        assert fa.read() == fb.read()
+    leaves_a, leaves_b = jax.tree.leaves(final_state(a)), jax.tree.leaves(final_state(b))
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The uninterrupted run, with checkpoints every 4 chunks and TensorBoard logs."""
+    out = tmp_path_factory.mktemp("straight")
+    result = jaxpo.sweep(experiment(out, "run", checkpoint_every=4, log="csv,tensorboard"))
+    return result, str(out / "run")
+
+
+def cli_train(*args, timeout=240):
+    return subprocess.Popen([sys.executable, "-m", "jaxpo.cli", "train", *FLAGS, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_resume_in_a_new_process_is_bitwise_identical(straight, tmp_path):
+    _, straight_dir = straight
+    half = cli_train("--steps", str(128 * CHUNKS // 2), "--checkpoint-every", "3", "--out", str(tmp_path),
+                     "--name", "run")
+    out, _ = half.communicate(timeout=240)
+    assert half.returncode == 0, out
+    run_dir = str(tmp_path / "run")
+    assert checkpoint.steps(run_dir)[-1] == CHUNKS // 2  # a group's last chunk is always saved
+    result = resume(run_dir, run={"steps": 128 * CHUNKS})  # this process: K more chunks
+    assert result.programs[0].metrics["return"].shape == (2, CHUNKS)
+    assert_same_run(run_dir, straight_dir)
+    rows = open(os.path.join(run_dir, "metrics.csv")).read().splitlines()
+    assert len(rows) == 1 + 2 * CHUNKS  # each (run, update) exactly once
+
+
+def test_a_run_killed_during_a_save_resumes_to_the_same_result(straight, tmp_path):
+    _, straight_dir = straight
+    run_dir = str(tmp_path / "run")
+    proc = cli_train("--steps", str(128 * CHUNKS * 8), "--checkpoint-every", "1", "--keep", "2",
+                     "--out", str(tmp_path), "--name", "run")
+    partial = []
+    deadline = time.time() + 200
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            partial = glob.glob(os.path.join(run_dir, "checkpoints", "*tmp*"))
+            if partial and len(checkpoint.steps(run_dir)) >= 2:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.002)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed during a save"
+    assert partial, "no save was in progress when the run was killed"
+    done = checkpoint.steps(run_dir)
+    assert len(done) <= 2 + 1  # --keep 2 (and the steps still being deleted)
+    result = resume(run_dir, run={"steps": 128 * CHUNKS * 8})
+    assert result.programs[0].metrics["return"].shape == (2, CHUNKS * 8)
+    # the first CHUNKS updates are the straight run's, to the bit
+    rows = open(os.path.join(run_dir, "metrics.csv")).read().splitlines()
+    head = open(os.path.join(straight_dir, "metrics.csv")).read().splitlines()
+    assert len(rows) == 1 + 2 * CHUNKS * 8
+    mine = [r for r in rows[1:] if int(r.split(",")[4]) <= CHUNKS]
+    assert mine == head[1:]
+
+
+class StopAfter(Hook):
+    """Interrupts a sweep after ``chunks`` chunks in all (as a crash would)."""
+
+    def __init__(self, chunks):
+        self.left = chunks
+
+    def chunk(self, event):
+        self.left -= 1
+        if self.left == 0:
+            raise KeyboardInterrupt
+
+
+def test_a_sweep_of_several_groups_resumes_exactly(tmp_path):
+    sweep = {"grid": {"lr": [1e-3, 3e-3]}}
+    run = dict(runs_per_group=1, checkpoint_every=2, steps=128 * 6)
+    straight = jaxpo.sweep({**experiment(tmp_path, "straight", **run), "sweep": sweep})
+    with pytest.raises(KeyboardInterrupt):  # stopped in the second group, after its third chunk
+        jaxpo.sweep({**experiment(tmp_path, "cut", **run), "sweep": sweep}, hooks=[StopAfter(9)])
+    assert checkpoint.steps(str(tmp_path / "cut"))[-1] == 8  # batch 0 ends at 6, then every 2
+    resumed = resume(str(tmp_path / "cut"))
+    for a, b in zip(straight.programs, resumed.programs):
+        for name in a.metrics:
+            np.testing.assert_array_equal(a.metrics[name], b.metrics[name])
+    summary = lambda name: open(tmp_path / name / "summary.csv").read()
+    assert summary("cut") == summary("straight")
+    assert_same_run(str(tmp_path / "cut"), str(tmp_path / "straight"))
+
+
+def test_resume_refuses_what_would_not_be_the_same_run(straight, tmp_path, capsys):
+    _, straight_dir = straight
+    run_dir = str(tmp_path / "copy")
+    shutil.copytree(straight_dir, run_dir)
+    cases = [
+        (["--num-envs", "16"], "config.num_envs: checkpoint 8, now 16"),
+        (["--seeds", "3"], "the number of runs differs (checkpoint 2, now 3)"),
+        (["--lr", "0.01"], "hyper.lr: checkpoint 0.003, now 0.01"),
+        (["--name", "other"], "give it without --out and --name"),
+    ]
+    for flags, message in cases:
+        assert cli.main(["train", "--resume", run_dir, *flags]) == 2
+        assert message in capsys.readouterr().err, flags
+
+    # a checkpoint written by an incompatible jaxpo version
+    latest = checkpoint.steps(run_dir)[-1]
+    meta_file = os.path.join(run_dir, "checkpoints", str(latest), "meta", "metadata")
+    meta = json.load(open(meta_file))
+    json.dump({**meta, "jaxpo": "9.0.0"}, open(meta_file, "w"))
+    assert cli.main(["train", "--resume", run_dir]) == 2
+    err = capsys.readouterr().err
+    assert "written by jaxpo 9.0.0" in err and f"this is jaxpo {jaxpo.__version__}" in err
+
+
+def test_missing_and_corrupted_checkpoints(straight, tmp_path, capsys):
+    _, straight_dir = straight
+    assert cli.main(["train", "--resume", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["train", "--resume", str(tmp_path / "empty")]) == 2
+    assert "holds no complete checkpoint" in capsys.readouterr().err
+
+    run_dir = str(tmp_path / "copy")
+    shutil.copytree(straight_dir, run_dir)
+    steps = checkpoint.steps(run_dir)
+    for path in glob.glob(os.path.join(run_dir, "checkpoints", str(steps[-1]), "state", "**", "d", "*"),
+                          recursive=True):
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)  # torn array data
+    with pytest.warns(UserWarning, match=f"checkpoint .*{steps[-1]} cannot be read"):
+        found = checkpoint.restore(run_dir, target=lambda m: checkpoint.abstract_state(
+            trainer(jaxpo.experiment.from_dict({"config": m["config"]}).config), m["state_runs"]))
+    assert found.step == steps[-2]
+
+    for step in steps:  # every checkpoint torn: a clear error, no orbax traceback
+        for path in glob.glob(os.path.join(run_dir, "checkpoints", str(step), "meta", "metadata")):
+            open(path, "w").write("{not json")
+    assert cli.main(["eval", run_dir]) == 2
+    err = capsys.readouterr().err
+    assert "jaxpo eval: error: no checkpoint in" in err and "Traceback" not in err
+
+
+def test_the_nan_guard_masks_a_diverging_run_and_the_others_go_on(tmp_path):
+    sweep = {"grid": {"lr": [3e-4, 1e30]}}
+    masked = jaxpo.sweep({**experiment(tmp_path, "mask", on_nan="mask", steps=128 * 4), "sweep": sweep})
+    healthy = jaxpo.sweep({**experiment(tmp_path, "healthy", steps=128 * 4), "sweep": {"grid": {"lr": [3e-4]}}})
+    by_label = {row["label"]: row for row in masked.summary}
+    assert by_label["lr=1e+30/seed0"]["diverged_at_update"] == 1
+    assert np.isnan(by_label["lr=1e+30/seed0"]["final_return"])
+    assert by_label["lr=0.0003/seed0"]["diverged_at_update"] == ""
+    np.testing.assert_allclose(by_label["lr=0.0003/seed0"]["final_return"],
+                               {r["label"]: r for r in healthy.summary}["lr=0.0003/seed0"]["final_return"], rtol=1e-4)
+    csv = open(tmp_path / "mask" / "summary.csv").read()
+    assert "diverged_at_update" in csv.splitlines()[0]
+
+
+def test_the_nan_guard_stops_and_keeps_the_last_finite_checkpoint(tmp_path, capsys):
+    flags = ["sweep", *FLAGS[:-3], "--seeds", "1", "--no-progress", "--sweep", "lr=0.0003,1e30", "--runs-per-group", "1",
+             "--steps", "512", "--checkpoint-every", "1", "--keep", "1", "--out", str(tmp_path), "--name", "stop"]
+    assert cli.main(flags) == 1
+    err = capsys.readouterr().err
+    assert "run 1 (lr=1e+30/seed0) became non-finite by update 1" in err and "--on-nan mask" in err
+    run_dir = str(tmp_path / "stop")
+    steps = checkpoint.steps(run_dir)
+    assert steps == [4]  # the healthy group's last chunk: no non-finite state was saved
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(final_state(run_dir).params))
