@@ -400,7 +400,6 @@ class JaxMARLAdapter(Env):
         obs, next_state, reward, dones, _ = self.env.step_env(key, state, self._action_dict(actions))
         return self._pack_step(obs, next_state, reward, dones["__all__"])
 
-    @functools.partial(jax.jit, static_argnums=0)
     def render(self, state: Any) -> np.ndarray:
         """One (unbatched) state drawn by JaxMARL's own MPE visualiser: uint8 [H, W, 3]."""
         if self._family != "mpe":
@@ -416,6 +415,7 @@ class JaxMARLAdapter(Env):
         finally:
             plt.close(viz.fig)
 
+    @functools.partial(jax.jit, static_argnums=0)
     def _action_dict(self, actions: jax.Array) -> dict:
         """int [N] -> {agent: int32 []}, padded/out-of-range indices replaced by 0.
         Continuous: float [N, A] -> {agent: float32 [A_i]} clipped to the Box."""

@@ -12,13 +12,14 @@ __version__ = "0.1.0"
 from jaxpo import envs, losses, support
 from jaxpo.config import Config, Hyper
 from jaxpo.driver import Hook, TrainResult, train
+from jaxpo.evaluate import Policy, evaluate, load_policy, render_episode
 from jaxpo.experiment import Experiment, RunSettings, SupportSpec, SweepSpec, dump_yaml, load_yaml
 from jaxpo.learner import Trainer, TrainState, trainer
 from jaxpo.support import Support, make_support
-from jaxpo.sweeps import SweepResult, runs, sweep
+from jaxpo.sweeps import SweepResult, resume, runs, sweep
 
 __all__ = [
-    "Config", "Experiment", "Hook", "Hyper", "RunSettings", "Support", "SupportSpec", "SweepResult", "SweepSpec",
-    "Trainer", "TrainResult", "TrainState", "dump_yaml", "envs", "load_yaml", "losses", "make_support", "runs",
-    "support", "sweep", "train", "trainer",
+    "Config", "Experiment", "Hook", "Hyper", "Policy", "RunSettings", "Support", "SupportSpec", "SweepResult", "SweepSpec",
+    "Trainer", "TrainResult", "TrainState", "dump_yaml", "envs", "evaluate", "load_policy", "load_yaml", "losses",
+    "make_support", "render_episode", "resume", "runs", "support", "sweep", "train", "trainer",
 ]

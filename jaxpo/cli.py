@@ -176,7 +176,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             if not pick:
                 continue
             params = jax_take(params, pick)
-            returns, won, rate = run_episodes(config, params, args.episodes, args.seed, args.greedy)
+            ids = [runs[i]["run_id"] for i in pick]
+            returns, won, rate = run_episodes(config, params, ids, args.episodes, args.seed, args.greedy)
             for i, stats in zip(pick, summarize(returns, won, rate)):
                 run = runs[i]
                 rows.append({"run_id": run["run_id"], "label": run["label"], "setting": run["setting"],

@@ -120,8 +120,10 @@ def _run_ids(run_dir: str, step: int) -> list[int]:
 
 
 @functools.partial(jax.jit, static_argnames=("config", "episodes", "greedy"))
-def _episode_returns(config: Config, params: Any, key: jax.Array, episodes: int, greedy: bool):
-    """One episode in each of ``episodes`` environments, for runs ``params [R, ...]``:
+def _episode_returns(config: Config, params: Any, run_ids: jax.Array, key: jax.Array, episodes: int, greedy: bool):
+    """One episode in each of ``episodes`` environments, for runs ``params [R, ...]``
+    (``run_ids [R]``: each run's episodes draw from ``fold_in(key, run_id)``, so they
+    do not depend on which runs are evaluated with it):
     ``(returns [R, episodes] (team mean), won bool [R, episodes] or None)``."""
     tr = trainer(config)
     env, net = tr.env, tr.net
@@ -153,7 +155,7 @@ def _episode_returns(config: Config, params: Any, key: jax.Array, episodes: int,
         final, _ = jax.lax.scan(step, init, jax.random.split(key, env.max_steps))
         return final[5], final[6]
 
-    returns, won = jax.vmap(one_run)(params, jax.random.split(key, jax.tree.leaves(params)[0].shape[0]))
+    returns, won = jax.vmap(one_run)(params, jax.vmap(jax.random.fold_in, (None, 0))(key, run_ids))
     has_win = jax.eval_shape(env.reset, key)[1].won is not None
     return returns, won if has_win else None
 
@@ -163,17 +165,18 @@ def evaluate(policy: Policy, episodes: int = 100, seed: int = 0, greedy: bool | 
     rate where the environment has one), and the episodes per second after compiling."""
     greedy = policy.greedy if greedy is None else greedy
     params = jax.tree.map(lambda x: jnp.asarray(x)[None], policy.params)
-    return summarize(*run_episodes(policy.config, params, episodes, seed, greedy))[0]
+    return summarize(*run_episodes(policy.config, params, [policy.run.get("run_id", 0)], episodes, seed, greedy))[0]
 
 
-def run_episodes(config: Config, params: Any, episodes: int, seed: int, greedy: bool):
-    """``(returns [R, episodes], won [R, episodes] or None, episodes per second)``."""
+def run_episodes(config: Config, params: Any, run_ids: Any, episodes: int, seed: int, greedy: bool):
+    """``(returns [R, episodes], won [R, episodes] or None, episodes per second)`` for
+    runs ``params [R, ...]`` with ids ``run_ids [R]``."""
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
-    key = jax.random.PRNGKey(seed)
-    jax.block_until_ready(_episode_returns(config, params, key, int(episodes), bool(greedy)))  # compile
+    args = (config, params, jnp.asarray(run_ids, jnp.uint32), jax.random.PRNGKey(seed), int(episodes), bool(greedy))
+    jax.block_until_ready(_episode_returns(*args))  # compile
     start = time.perf_counter()
-    returns, won = jax.device_get(_episode_returns(config, params, key, int(episodes), bool(greedy)))
+    returns, won = jax.device_get(_episode_returns(*args))
     rate = returns.size / (time.perf_counter() - start)
     return np.asarray(returns), None if won is None else np.asarray(won), rate
 

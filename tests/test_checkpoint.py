@@ -21,15 +21,10 @@ from jaxpo.guard import NonFiniteError
 from jaxpo.learner import trainer
 from jaxpo.sweeps import resume
 
-CHUNKS = 16  # of one update each; 128 env steps per update
+from conftest import CHUNKS, experiment
+
 FLAGS = ["--env", "public_goods", "--num-envs", "8", "--num-steps", "16", "--updates-per-chunk", "1", "--seeds", "2",
          "--no-progress"]
-EXPERIMENT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, "updates_per_chunk": 1},
-              "run": {"seeds": 2, "progress": False, "steps": 128 * CHUNKS}}
-
-
-def experiment(out, name, **run):
-    return {**EXPERIMENT, "run": {**EXPERIMENT["run"], "out": str(out), "name": name, **run}}
 
 
 def final_state(run_dir):
@@ -51,11 +46,8 @@ def assert_same_run(a, b):
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory):
-    """The uninterrupted run, with checkpoints every 4 chunks and TensorBoard logs."""
-    out = tmp_path_factory.mktemp("straight")
-    result = jaxpo.sweep(experiment(out, "run", checkpoint_every=4, log="csv,tensorboard"))
-    return result, str(out / "run")
+def straight(trained_run):
+    return trained_run
 
 
 def cli_train(*args, timeout=240):
