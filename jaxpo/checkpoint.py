@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpo.driver import Batch, ChunkEvent, Hook
+from jaxpo.driver import Batch, ChunkEvent, Hook, MetricsCSV, Resumed
 from jaxpo.experiment import Experiment, to_dict
 
 FORMAT = 1
@@ -304,10 +304,12 @@ def abstract_state(tr, size: int) -> Any:
     _, hyper = tr._abstract_run
     batched = lambda x: jax.ShapeDtypeStruct((size, *x.shape), x.dtype)
     shapes = jax.eval_shape(tr.init_runs, jax.ShapeDtypeStruct((size, 2), jnp.uint32), jax.tree.map(batched, hyper))
-    shardings = tr.state_sharding
-    if not isinstance(shardings, jax.sharding.Sharding):
-        return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings), shapes)
+    # tr.state_sharding is one sharding, or a tree of them that is a prefix of the state's
+    place = lambda sharding, part: jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), part)
+    if isinstance(tr.state_sharding, jax.sharding.Sharding):
+        return place(tr.state_sharding, shapes)
+    return jax.tree.map(place, tr.state_sharding, shapes)
 
 
 # What may differ on resume: how a run is shown, logged and checkpointed, and where it is.
@@ -332,3 +334,21 @@ def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], prog
         hint = "" if one_group else " (run.steps can change only for a run of one group)"
         raise ValueError("cannot resume: the experiment differs from the checkpoint's in " + "; ".join(diffs) + hint)
     return sizes
+
+
+def resume_batch(batch: Batch, tr, run_dir: str, csv: MetricsCSV | None = None, finished: bool = False) -> Batch:
+    """``batch`` with what its checkpoints hold: a ``finished`` batch's metrics (its last
+    step), or the newest step's state and metrics. Their rows go back into ``csv``,
+    chunk by chunk as they were first written."""
+    if finished:
+        found = restore(run_dir, step=batch.chunk_offset + batch.num_chunks)
+    else:
+        found = restore(run_dir, target=lambda meta: abstract_state(tr, meta["state_runs"]),
+                        accept=lambda meta: meta["batch"] == batch.index)
+    if csv is not None:
+        k = batch.config.updates_per_chunk
+        for c in range(found.chunk):
+            updates = np.arange(c * k, (c + 1) * k) + 1
+            csv.write(batch, updates, updates * batch.config.steps_per_update,
+                      {name: v[:, c * k:(c + 1) * k] for name, v in found.metrics.items()})
+    return dataclasses.replace(batch, resumed=Resumed(found.chunk, found.state, found.metrics))

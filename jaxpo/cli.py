@@ -324,14 +324,15 @@ def _train(ready) -> int:
     print(f"runs: {len(program.runs)} seed(s) × {program.num_updates} updates × {config.steps_per_update} env steps "
           f"= {program.num_updates * config.steps_per_update:,} env steps per run")
     result = execute(ready)
-    metrics, seconds = program.metrics, result.seconds
+    metrics, seconds, first = program.metrics, result.seconds, program.first_chunk_seconds
+    trained = program.num_updates - program.resumed_updates  # in this process
     summary = {
         "return_before": _mean(metrics["return"][:, 0]),
         "return_after": _mean(final_mean(metrics["return"])),
         "wall_seconds": round(seconds, 1),
-        "compile_seconds": round(program.first_chunk_seconds, 1),
-        "env_steps_per_second": round(len(program.runs) * program.num_updates * config.steps_per_update
-                                      / max(seconds - program.first_chunk_seconds, 1e-9)),
+        "compile_seconds": None if np.isnan(first) else round(first, 1),  # None: nothing left to train
+        "env_steps_per_second": None if np.isnan(first) else round(
+            len(program.runs) * trained * config.steps_per_update / max(seconds - first, 1e-9)),
         "out_dir": ready.out_dir,
     }
     before = "n/a (no episode ended in the first update)" if summary["return_before"] is None else summary["return_before"]

@@ -305,6 +305,10 @@ def train(
     out_dir: str | None = None,
     progress: bool = True,
     hooks: Sequence[Hook] = (),
+    on_nan: str = "stop",
+    checkpoint_every: int = 0,
+    keep: int = 3,
+    resume: bool = False,
 ) -> TrainResult:
     """Trains R runs for ``num_updates`` updates each in one compiled program.
 
@@ -319,20 +323,58 @@ def train(
             are written there (by the main process only, in a multi-process run).
         progress: show a progress bar over chunks (main process only).
         hooks: more ``Hook``s called after every chunk, on every process.
+        on_nan: a run turning non-finite raises ``NonFiniteError`` ("stop") or is masked
+            ("mask"; see ``jaxpo.guard``).
+        checkpoint_every: save a checkpoint to ``out_dir/checkpoints`` every this many
+            chunks (0: never), keeping the last ``keep``.
+        resume: continue from ``out_dir``'s latest checkpoint (same config, hyper, seeds
+            and labels, or a ValueError naming the difference); ``num_updates`` may grow.
     """
+    from jaxpo import checkpoint
+    from jaxpo.experiment import Experiment, to_dict
+    from jaxpo.guard import NanGuard
+
     tr, hyper, seeds, labels = check_batch(config, hyper, seeds, num_updates, labels)
+    if (checkpoint_every or resume) and out_dir is None:
+        raise ValueError("checkpoint_every and resume need out_dir (where the checkpoints are)")
     runs = [Run(i, label, setting_of(label), int(seed)) for i, (label, seed) in enumerate(zip(labels, seeds))]
     batch = Batch(config, runs, int(num_updates))
-    hooks, writer = list(hooks), is_main_process()
-    if out_dir is not None and writer:
-        hooks.append(MetricsCSV(os.path.join(ensure_writable(out_dir), "metrics.csv"), (), tr.metric_names))
-    bar = ProgressBar(batch.num_chunks) if progress and writer else None
+    writer = is_main_process()
+    identity = {"hyper": checkpoint.digest(hyper), "labels": list(labels), "seeds": seeds.tolist()}
+    if resume:
+        found = checkpoint.restore(out_dir)
+        if "train" not in found.meta:
+            raise ValueError(f"the checkpoints in {out_dir!r} were written by jaxpo train/sweep; resume them with "
+                             f"jaxpo.resume({out_dir!r}) or --resume")
+        diffs = checkpoint.differences(found.meta["train"], identity)
+        diffs += checkpoint.differences(found.meta["config"], to_dict(Experiment(config))["config"],
+                                        "config.")
+        if diffs:
+            raise ValueError("cannot resume: the batch differs from the checkpoint's in " + "; ".join(diffs))
+        if found.chunk > batch.num_chunks:
+            raise ValueError(f"cannot resume with num_updates={num_updates}: the checkpoint has trained "
+                             f"{found.chunk * config.updates_per_chunk} updates")
+    guard = NanGuard(on_nan)
+    csv = MetricsCSV(os.path.join(ensure_writable(out_dir), "metrics.csv"), (), tr.metric_names) \
+        if out_dir is not None and writer else None
+    saver = None
+    if checkpoint_every:
+        meta = {"train": identity, "program_runs": [len(runs)], "group_sizes": [len(runs)], "diverged": guard.diverged}
+        saver = checkpoint.Checkpointer(out_dir, checkpoint_every, keep, meta, found.meta["pinned"] if resume else ())
+        guard.pin = saver.pin_latest
+    if resume:
+        batch = checkpoint.resume_batch(batch, tr, out_dir, csv)
+    bar = ProgressBar(batch.num_chunks, done=batch.resumed.chunk if resume else 0) if progress and writer else None
+    owned = [h for h in (guard, csv, saver, bar) if h is not None]
+    # Checked (diverged runs masked), logged, the caller's hooks, checkpointed, shown.
+    ordered = [h for h in (guard, csv, *hooks, saver, bar) if h is not None]
     start = time.perf_counter()
     try:
-        state, metrics, compile_seconds = run_batch(tr, hyper, seeds, batch, hooks + ([bar] if bar else []))
+        state, metrics, compile_seconds = run_batch(tr, hyper, seeds, batch, ordered)
     finally:
-        if bar is not None:
-            bar.close()
+        for hook in owned:
+            if hasattr(hook, "close"):
+                hook.close()
     result = TrainResult(
         config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=metrics,
         env_steps=env_steps_per_update(config, num_updates), state=state, out_dir=out_dir,

@@ -25,6 +25,7 @@ import numpy as np
 
 from jaxpo import checkpoint
 from jaxpo.config import Config
+from jaxpo.envs import AutoReset, Env
 from jaxpo.learner import trainer
 from jaxpo.networks import ActorCritic, MaskedDiagGaussian
 
@@ -119,14 +120,14 @@ def _run_ids(run_dir: str, step: int) -> list[int]:
     return [r["run_id"] for r in checkpoint.read_meta(run_dir, step)["runs"]]
 
 
-@functools.partial(jax.jit, static_argnames=("config", "episodes", "greedy"))
-def _episode_returns(config: Config, params: Any, run_ids: jax.Array, key: jax.Array, episodes: int, greedy: bool):
-    """One episode in each of ``episodes`` environments, for runs ``params [R, ...]``
-    (``run_ids [R]``: each run's episodes draw from ``fold_in(key, run_id)``, so they
-    do not depend on which runs are evaluated with it):
+@functools.partial(jax.jit, static_argnames=("config", "env", "episodes", "greedy"))
+def _episode_returns(config: Config, env: Any, params: Any, run_ids: jax.Array, key: jax.Array, episodes: int,
+                     greedy: bool):
+    """One episode in each of ``episodes`` copies of ``env`` (an ``AutoReset`` env), for
+    runs ``params [R, ...]`` (``run_ids [R]``: each run's episodes draw from
+    ``fold_in(key, run_id)``, so they do not depend on which runs are evaluated with it):
     ``(returns [R, episodes] (team mean), won bool [R, episodes] or None)``."""
-    tr = trainer(config)
-    env, net = tr.env, tr.net
+    net = trainer(config).net
 
     def one_run(params, key):
         key_reset, key = jax.random.split(key)
@@ -160,20 +161,41 @@ def _episode_returns(config: Config, params: Any, run_ids: jax.Array, key: jax.A
     return returns, won if has_win else None
 
 
-def evaluate(policy: Policy, episodes: int = 100, seed: int = 0, greedy: bool | None = None) -> dict[str, float]:
+def evaluate(policy: Policy, env: Env | None = None, episodes: int = 100, seed: int = 0,
+             greedy: bool | None = None) -> dict[str, float]:
     """Mean, std and IQM of ``episodes`` episode returns of ``policy`` (and its win
-    rate where the environment has one), and the episodes per second after compiling."""
+    rate where the environment has one), and the episodes per second after compiling.
+    ``env``: another environment of the same shapes (e.g. ``jaxpo.envs.make(name,
+    **other_kwargs)``); default the one the policy was trained on."""
     greedy = policy.greedy if greedy is None else greedy
     params = jax.tree.map(lambda x: jnp.asarray(x)[None], policy.params)
-    return summarize(*run_episodes(policy.config, params, [policy.run.get("run_id", 0)], episodes, seed, greedy))[0]
+    returns = run_episodes(policy.config, params, [policy.run.get("run_id", 0)], episodes, seed, greedy, env)
+    return summarize(*returns)[0]
 
 
-def run_episodes(config: Config, params: Any, run_ids: Any, episodes: int, seed: int, greedy: bool):
+def _compatible(config: Config, env: Env | None) -> AutoReset:
+    """``env`` ready to evaluate a policy of ``config`` on, or a ValueError naming what differs."""
+    trained = trainer(config).env
+    if env is None:
+        return trained
+    if not isinstance(env, Env):
+        raise ValueError(f"env must be a jaxpo.envs.Env (e.g. jaxpo.envs.make(...)), got {type(env).__name__}")
+    env = env if isinstance(env, AutoReset) else AutoReset(env)
+    for attr in ("num_agents", "obs_dim", "num_actions", "continuous"):
+        if getattr(env, attr) != getattr(trained, attr):
+            raise ValueError(f"env has {attr}={getattr(env, attr)} but the policy was trained with "
+                             f"{attr}={getattr(trained, attr)} ({config.env!r})")
+    return env
+
+
+def run_episodes(config: Config, params: Any, run_ids: Any, episodes: int, seed: int, greedy: bool,
+                 env: Env | None = None):
     """``(returns [R, episodes], won [R, episodes] or None, episodes per second)`` for
-    runs ``params [R, ...]`` with ids ``run_ids [R]``."""
+    runs ``params [R, ...]`` with ids ``run_ids [R]`` (on ``env``, default the config's)."""
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
-    args = (config, params, jnp.asarray(run_ids, jnp.uint32), jax.random.PRNGKey(seed), int(episodes), bool(greedy))
+    args = (config, _compatible(config, env), params, jnp.asarray(run_ids, jnp.uint32), jax.random.PRNGKey(seed),
+            int(episodes), bool(greedy))
     jax.block_until_ready(_episode_returns(*args))  # compile
     start = time.perf_counter()
     returns, won = jax.device_get(_episode_returns(*args))

@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxpo import checkpoint
 from jaxpo.config import Config, Hyper
-from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Resumed, Run, ensure_writable,
+from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Run, ensure_writable,
                           env_steps_per_update, run_batch)
 from jaxpo.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict
 from jaxpo.guard import NanGuard
@@ -72,6 +72,7 @@ class Program:
     settings: list[Setting]
     group_size: int = 0
     offset: int = 0  # chunks of the plan before this program's first group
+    resumed_updates: int = 0  # updates per run that came from a checkpoint, not trained here
     compiles: int = 0
     first_chunk_seconds: float = float("nan")
     metrics: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
@@ -203,6 +204,9 @@ def resume(run_dir: str, *, log: Callable[[str], None] | None = None, hooks: Seq
 def resume_experiment(run_dir: str, **sections: Mapping[str, Any]) -> Experiment:
     """The experiment saved in ``run_dir``'s latest checkpoint, with ``sections`` over it."""
     meta = checkpoint.restore(run_dir).meta
+    if "experiment" not in meta:
+        raise ValueError(f"the checkpoints in {run_dir!r} were written by jaxpo.train(); resume them with "
+                         f"jaxpo.train(..., out_dir={run_dir!r}, resume=True)")
     run_dir = os.path.normpath(run_dir)
     base = from_dict(meta["experiment"], source=f"the checkpoint in {run_dir!r}")
     located = {"out": os.path.dirname(run_dir) or ".", "name": os.path.basename(run_dir)}
@@ -291,7 +295,8 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, index: int, res
         batch = Batch(program.config, runs, program.num_updates, index, program.offset + g * program.num_chunks)
         index += 1
         if batch.index <= resume_at:
-            batch = _restored(batch, tr, out_dir, last=batch.index < resume_at, csv=csv)
+            batch = checkpoint.resume_batch(batch, tr, out_dir, csv, finished=batch.index < resume_at)
+            program.resumed_updates = batch.resumed.chunk * program.config.updates_per_chunk
             if batch.resumed.chunk == batch.num_chunks:
                 parts.append(batch.resumed.metrics)
                 continue
@@ -304,23 +309,6 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, index: int, res
     program.metrics = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     program.compiles = tr.compiles["chunk"] - compiles_before
     return index
-
-
-def _restored(batch: Batch, tr: Trainer, out_dir: str, last: bool, csv: MetricsCSV | None) -> Batch:
-    """``batch`` with what its checkpoint holds: a finished batch's metrics (its last
-    step), or the latest step's state and metrics. Their rows go back into the CSV."""
-    if last:
-        found = checkpoint.restore(out_dir, step=batch.chunk_offset + batch.num_chunks)
-    else:
-        found = checkpoint.restore(out_dir, target=lambda meta: checkpoint.abstract_state(tr, meta["state_runs"]),
-                                   accept=lambda meta: meta["batch"] == batch.index)
-    if csv is not None:  # chunk by chunk, in the order they were first written
-        k = batch.config.updates_per_chunk
-        for c in range(found.chunk):
-            updates = np.arange(c * k, (c + 1) * k) + 1
-            csv.write(batch, updates, updates * batch.config.steps_per_update,
-                      {name: v[:, c * k:(c + 1) * k] for name, v in found.metrics.items()})
-    return dataclasses.replace(batch, resumed=Resumed(found.chunk, found.state, found.metrics))
 
 
 def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True) -> None:

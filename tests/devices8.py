@@ -79,7 +79,43 @@ def runs_axis() -> dict:
         "state_leaf_specs": sorted({str(x.sharding.spec) for x in jax.tree.leaves(state)}),
         "state_leaf_devices": sorted({len(x.sharding.device_set) for x in jax.tree.leaves(state)}),
         "chunk_collectives": sorted(set(re.findall(COLLECTIVES, hlo))),
-        "compiles": tr.compiles,
+        "compiles": dict(tr.compiles),
+        "checkpoint": checkpoint_roundtrip(tr, state, metrics),
+    }
+
+
+def checkpoint_roundtrip(tr, state, metrics) -> dict:
+    """Saves ``state`` (sharded over 8 devices) with the driver's checkpointer, restores it
+    onto the same layout and onto one device, and continues one chunk from the restored
+    copy and from the original."""
+    import tempfile
+
+    from jaxpo import checkpoint
+    from jaxpo.driver import ChunkEvent
+
+    directory = tempfile.mkdtemp()
+    size = jax.tree.leaves(state)[0].shape[0]
+    batch = Batch(tr.config, [Run(r, f"run{r}", "s", r) for r in range(len(metrics["return"]))], UPDATES)
+    saver = checkpoint.Checkpointer(directory, every=1)
+    saver.start(batch)
+    updates = np.arange(1, UPDATES + 1)
+    saver.chunk(ChunkEvent(batch, batch.num_chunks - 1, updates, updates, metrics, state, 0.0))
+    saver.close()
+    target = lambda tr_: (lambda meta: checkpoint.abstract_state(tr_, meta["state_runs"]))
+    restored = checkpoint.restore(directory, target=target(tr)).state
+    one = checkpoint.restore(directory, target=target(trainer(tr.config, jax.devices()[:1]))).state
+    hyper = put(Hyper.stack([Hyper.create(support.ippo(tr.num_agents))] * size), tr.run_sharding)
+    copy = jax.tree.map(lambda x: jax.device_put(np.asarray(x), x.sharding), state)  # chunk_runs donates
+    after, _ = tr.chunk_runs(copy, hyper)
+    after_restored, _ = tr.chunk_runs(restored, hyper)
+    restored = checkpoint.restore(directory, target=target(tr)).state
+    return {
+        "bitwise": all(np.array_equal(x, y) for x, y in zip(leaves(state), leaves(restored))),
+        "same_shardings": all(x.sharding == y.sharding for x, y in zip(jax.tree.leaves(state), jax.tree.leaves(restored))),
+        "one_device_bitwise": all(np.array_equal(x, y) for x, y in zip(leaves(state), leaves(one))),
+        "one_device_devices": sorted({len(x.sharding.device_set) for x in jax.tree.leaves(one)}),
+        "continued_bitwise": all(np.array_equal(x, y, equal_nan=True)
+                                 for x, y in zip(leaves(after), leaves(after_restored))),
     }
 
 
@@ -101,7 +137,8 @@ def envs_axis() -> dict:
         "params_identical_on_devices": identical_on_devices(state.params),
         "param_devices": len(jax.tree.leaves(state.params)[0].addressable_shards),
         "rollout_specs": sorted({str(x.sharding.spec) for x in jax.tree.leaves(state.rollout)}),
-        "compiles": tr.compiles,
+        "compiles": dict(tr.compiles),
+        "checkpoint": checkpoint_roundtrip(tr, state, metrics),
     }
 
 

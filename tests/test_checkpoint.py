@@ -17,7 +17,6 @@ import pytest
 import jaxpo
 from jaxpo import checkpoint, cli
 from jaxpo.driver import Hook
-from jaxpo.guard import NonFiniteError
 from jaxpo.learner import trainer
 from jaxpo.sweeps import resume
 
@@ -205,3 +204,26 @@ def test_the_nan_guard_stops_and_keeps_the_last_finite_checkpoint(tmp_path, caps
     steps = checkpoint.steps(run_dir)
     assert steps == [4]  # the healthy group's last chunk: no non-finite state was saved
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(final_state(run_dir).params))
+
+
+def test_the_python_train_api_checkpoints_resumes_and_guards(tmp_path):
+    config = jaxpo.Config(env="public_goods", num_envs=8, num_steps=16, updates_per_chunk=2)
+    hyper, seeds, labels = jaxpo.runs(jaxpo.support.ippo(8), seeds=[0, 1])
+    common = dict(labels=labels, progress=False, checkpoint_every=1)
+    straight = jaxpo.train(config, hyper, seeds, num_updates=8, out_dir=str(tmp_path / "a"), **common)
+    jaxpo.train(config, hyper, seeds, num_updates=4, out_dir=str(tmp_path / "b"), **common)
+    resumed = jaxpo.train(config, hyper, seeds, num_updates=8, out_dir=str(tmp_path / "b"), resume=True, **common)
+    for name in straight.metrics:
+        np.testing.assert_array_equal(straight.metrics[name], resumed.metrics[name])
+    for x, y in zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state)):
+        np.testing.assert_array_equal(x, y)
+    assert open(tmp_path / "a" / "metrics.csv").read() == open(tmp_path / "b" / "metrics.csv").read()
+
+    with pytest.raises(ValueError, match="were written by jaxpo.train"):
+        resume(str(tmp_path / "b"))
+    other, _, _ = jaxpo.runs(jaxpo.support.ippo(8), seeds=[0, 1], lr=1e-2)
+    with pytest.raises(ValueError, match="cannot resume: the batch differs from the checkpoint's in hyper.lr"):
+        jaxpo.train(config, other, seeds, num_updates=8, out_dir=str(tmp_path / "b"), resume=True, **common)
+    diverging, _, _ = jaxpo.runs(jaxpo.support.ippo(8), seeds=[0, 1], lr=1e30)
+    with pytest.raises(jaxpo.guard.NonFiniteError, match=r"run 0 \(ippo/seed0\) became non-finite by update 1"):
+        jaxpo.train(config, diverging, seeds, num_updates=4, labels=labels, progress=False)

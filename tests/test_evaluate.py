@@ -39,6 +39,11 @@ def test_the_trained_policy_beats_the_untrained_one(trained_run):
     assert trained["mean_return"] > before["mean_return"] + 3, (trained, before)
     sampled = jaxpo.evaluate(policy, episodes=64, greedy=False)
     assert sampled["mean_return"] != trained["mean_return"]
+    # another environment of the same shapes: longer episodes collect more
+    longer = jaxpo.evaluate(policy, jaxpo.envs.make("public_goods", max_steps=100), episodes=64)
+    assert longer["mean_return"] > trained["mean_return"] + 5
+    with pytest.raises(ValueError, match="env has num_agents=9 but the policy was trained with num_agents=8"):
+        jaxpo.evaluate(policy, jaxpo.envs.make("public_goods", num_agents=9))
 
 
 def test_load_policy_gives_a_pure_act(trained_run):

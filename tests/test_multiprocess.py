@@ -83,6 +83,27 @@ def test_two_processes_equal_one_process_bitwise(experiment_file, tmp_path):
     assert not os.path.exists(quiet)  # process 1 writes nothing
 
 
+def test_two_processes_checkpoint_and_one_process_resumes_bitwise(experiment_file, tmp_path):
+    """Both processes write their shards of each checkpoint into one shared directory;
+    one process with 8 devices resumes it (another mesh, another process count) and
+    trains on, bitwise as one process trained straight through."""
+    shared, one = str(tmp_path / "shared"), str(tmp_path / "one")
+    flags, port = ["--checkpoint-every", "1"], free_port()
+    procs = [start(["--config", experiment_file, "--out", shared, *flags, "--coordinator", f"localhost:{port}",
+                    "--num-processes", "2", "--process-id", str(i)], devices=4) for i in range(2)]
+    for i, (code, _, err) in enumerate(finish(p) for p in procs):
+        assert code == 0, f"process {i}:\n{err[-3000:]}"
+    state_dir = os.path.join(shared, "mp", "checkpoints", "2", "state")
+    assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state_dir))
+    resumed = start(["--resume", os.path.join(shared, "mp"), "--steps", "256"], devices=8)
+    straight = start(["--config", experiment_file, "--out", one, "--steps", "256"], devices=8)
+    for proc in (resumed, straight):
+        code, _, err = finish(proc)
+        assert code == 0, err[-3000:]
+    with open(os.path.join(shared, "mp", "metrics.csv")) as a, open(os.path.join(one, "mp", "metrics.csv")) as b:
+        assert a.read() == b.read()
+
+
 def test_dead_peer_ends_the_run_with_an_error(experiment_file, tmp_path):
     timeout = 10
     procs = peers(experiment_file, [str(tmp_path / "a"), str(tmp_path / "b")], free_port(), timeout)

@@ -57,6 +57,16 @@ def test_every_state_leaf_is_split_over_the_runs(measured):
     assert runs["compiles"] == {"init": 1, "chunk": 1}  # the second batch reused the program
 
 
+@pytest.mark.parametrize("part", ["runs", "envs"])
+def test_sharded_checkpoints_restore_bitwise_onto_any_mesh(measured, part):
+    """Saved from 8 devices, restored onto the same shardings (and continued) and onto one
+    device: every leaf bitwise equal (the envs layout: rollout split, the rest replicated)."""
+    restored = measured[part]["checkpoint"]
+    assert restored["bitwise"] is True and restored["same_shardings"] is True
+    assert restored["one_device_bitwise"] is True and restored["one_device_devices"] == [1]
+    assert restored["continued_bitwise"] is True
+
+
 def test_runs_program_has_no_collective(measured):
     assert measured["runs"]["chunk_collectives"] == []
 
