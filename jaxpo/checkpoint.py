@@ -108,11 +108,10 @@ class _Pinned:
 
 def _manager(directory: str, keep: int, pinned: set[int] | None = None, read_only: bool = False):
     ocp = _ocp()
-    from orbax.checkpoint._src.checkpoint_managers import preservation_policy as pp
-
+    policies = ocp.checkpoint_managers
     policy = None
     if not read_only:
-        policy = pp.AnyPreservationPolicy([pp.LatestN(keep), _Pinned(pinned if pinned is not None else set())])
+        policy = policies.AnyPreservationPolicy([policies.LatestN(keep), _Pinned(pinned if pinned is not None else set())])
     options = ocp.CheckpointManagerOptions(create=not read_only, read_only=read_only, preservation_policy=policy,
                                            enable_async_checkpointing=True)
     handlers = {"state": ocp.StandardCheckpointHandler(), "history": ocp.StandardCheckpointHandler(),
@@ -258,6 +257,7 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
             abstract = None
             if target is not None:
                 abstract = target(meta)
+                _check_leaves(meta, flatten_state(abstract), run_dir)
                 items["state"] = ocp.args.StandardRestore(flatten_state(abstract))
             with contextlib.closing(_manager(directory, 1, read_only=True)) as manager:
                 out = manager.restore(s, args=ocp.args.Composite(**items))
@@ -282,8 +282,20 @@ class IncompatibleCheckpoint(ValueError):
 def _check_format(meta: Mapping[str, Any], run_dir: str) -> None:
     version, mine = str(meta.get("jaxpo", "?")), _version()
     if meta.get("format") != FORMAT or version.split(".")[:2] != mine.split(".")[:2]:
-        raise IncompatibleCheckpoint(f"the checkpoint in {run_dir!r} was written by jaxpo {version} (checkpoint format "
-                         f"{meta.get('format')}); this is jaxpo {mine} (format {FORMAT}), which cannot resume it")
+        raise IncompatibleCheckpoint(f"the checkpoint in {run_dir!r} was written by jaxpo {version} (checkpoint "
+                                     f"format {meta.get('format')}); this is jaxpo {mine} (format {FORMAT}), which "
+                                     f"cannot resume it")
+
+
+def _check_leaves(meta: Mapping[str, Any], expected: Mapping[str, Any], run_dir: str) -> None:
+    """The saved state has exactly the leaves (names, shapes, dtypes) the program expects."""
+    want = {k: [list(v.shape), str(v.dtype)] for k, v in expected.items()}
+    saved = meta.get("leaves", {})
+    for name in sorted(set(want) | set(saved)):
+        if want.get(name) != saved.get(name):
+            raise IncompatibleCheckpoint(f"the checkpoint in {run_dir!r} does not fit this program: state leaf "
+                                         f"{name} is {saved.get(name, 'absent')} there, "
+                                         f"{want.get(name, 'absent')} here")
 
 
 def differences(saved: Mapping[str, Any], now: Mapping[str, Any], prefix: str = "") -> list[str]:

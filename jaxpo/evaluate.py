@@ -100,24 +100,20 @@ def load_runs(run_dir: str, step: int) -> tuple[Config, Any, list[dict], dict]:
 
 def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
     """Run ``run``'s (its ``run_id``) trained policy from the newest checkpoint holding it."""
-    batches = latest_batches(run_dir) or {}
+    batches = latest_batches(run_dir)
     if not batches:
         checkpoint.restore(run_dir)  # raises the clear error: no directory / no checkpoint
-    for step in sorted(batches.values(), reverse=True):
-        runs = checkpoint.read_meta(run_dir, step)["runs"]
+    tables = {step: checkpoint.read_meta(run_dir, step)["runs"] for step in batches.values()}
+    for step, runs in sorted(tables.items(), reverse=True):
         ids = [r["run_id"] for r in runs]
         if run in ids:
             config, params, runs, meta = load_runs(run_dir, step)
             r = ids.index(run)
             return Policy(config, jax.tree.map(lambda x: jnp.asarray(x[r]), params), runs[r],
                           int(meta["chunk"]) * config.updates_per_chunk, greedy)
-    known = sorted(r for step in batches.values() for r in _run_ids(run_dir, step))
+    known = sorted(r["run_id"] for runs in tables.values() for r in runs)
     raise ValueError(f"--run {run} is not among the checkpointed runs of {run_dir!r} "
                      f"(run ids {known[0]}..{known[-1]})")
-
-
-def _run_ids(run_dir: str, step: int) -> list[int]:
-    return [r["run_id"] for r in checkpoint.read_meta(run_dir, step)["runs"]]
 
 
 @functools.partial(jax.jit, static_argnames=("config", "env", "episodes", "greedy"))

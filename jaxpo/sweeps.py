@@ -187,7 +187,8 @@ def plan(experiment: Experiment | str | Mapping | None = None, *, resume: bool =
     for program, size in zip(programs, sizes):
         program.group_size, program.offset = int(size), offset
         offset += len(program.groups()) * program.num_chunks
-    if latest is not None and latest.chunk > programs[0].num_chunks:
+    if latest is not None and len(sizes) == 1 and sizes[0] >= len(programs[0].runs) \
+            and latest.chunk > programs[0].num_chunks:  # one group: run.steps may have changed
         raise ValueError(f"cannot resume with run.steps={experiment.run.steps}: the checkpoint has trained "
                          f"{latest.chunk} chunks, more than the {programs[0].num_chunks} asked for")
     return Plan(experiment, programs, out_dir, latest)
