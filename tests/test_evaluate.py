@@ -97,3 +97,28 @@ def test_bad_eval_and_render_input(trained_run, tmp_path, capsys):
     no_render = Policy(config, trainer(config).net.init(jax.random.PRNGKey(0)), {}, 0)
     with pytest.raises(ValueError, match="'memory_cue' cannot render"):
         episode_frames(no_render)
+
+
+@pytest.mark.parametrize("config", [
+    {"recurrent": True, "seq_len": 8},  # act carries a hidden state
+    {"env_kwargs": {"action_type": "Continuous"}},  # greedy = the Gaussian's mean where the dimension exists
+], ids=["recurrent", "continuous"])
+def test_recurrent_and_continuous_policies_load_evaluate_and_render(config, tmp_path):
+    base = {"env": "MPE_simple_spread_v3", "num_envs": 8, "num_steps": 16, "updates_per_chunk": 1}
+    jaxpo.sweep({"config": {**base, **config}, "run": {"steps": 128, "out": str(tmp_path), "name": "r",
+                                                       "progress": False, "checkpoint_every": 1}})
+    policy = jaxpo.load_policy(str(tmp_path / "r"))
+    env = policy.config.make_env()
+    _, ts = env.reset(jax.random.PRNGKey(0))
+    out = policy.act(jax.random.PRNGKey(1), ts.obs, ts.action_mask)
+    if policy.net.recurrent:
+        actions, carry = out
+        assert carry.shape == policy.initial_carry().shape and np.abs(carry).sum() > 0
+    else:
+        actions = out
+        mean = policy.net.policy(policy.params, ts.obs, ts.action_mask).mean
+        np.testing.assert_array_equal(actions, np.where(ts.action_mask, mean, 0.0))
+    assert actions.shape == ((3,) if policy.net.recurrent else (3, 5))
+    stats = jaxpo.evaluate(policy, episodes=8)
+    assert np.isfinite(stats["mean_return"]) and stats["episodes"] == 8
+    assert jaxpo.render_episode(policy, str(tmp_path / "e.gif")) == env.max_steps  # MPE: 26 steps, no early end
