@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 from typing import Any, Mapping, Sequence
@@ -36,6 +37,8 @@ def parse_loggers(text: str, where: str = "run.log") -> tuple[str, ...]:
                          f"(comma-separated, e.g. csv,tensorboard)")
     if len(set(names)) != len(names):
         raise ValueError(f"{where}: logger named twice in {text!r}")
+    if "wandb" in names and importlib.util.find_spec("wandb") is None:
+        raise ValueError(f"{where}: the wandb logger needs the wandb package: pip install 'jaxpo[wandb]'")
     return names
 
 
@@ -104,10 +107,6 @@ class WandbLogger(Hook):
     (online; offline, ``wandb sync`` gets a second segment)."""
 
     def __init__(self, directory: str, group: str, context: Mapping[str, Any], project: str | None = None):
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise ValueError("run.log: the wandb logger needs the wandb package: pip install 'jaxpo[wandb]'") from None
         self.directory, self.group, self.context = directory, group, context
         self.project = project or os.environ.get("WANDB_PROJECT", "jaxpo")
         self.runs: dict[int, Any] = {}
