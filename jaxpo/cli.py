@@ -175,7 +175,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             pick = [i for i, r in enumerate(runs) if args.run in (None, r["run_id"])]
             if not pick:
                 continue
-            params = jax_take(params, pick)
+            params = _take_runs(params, pick)
             ids = [runs[i]["run_id"] for i in pick]
             returns, won, rate = run_episodes(config, params, ids, args.episodes, args.seed, args.greedy)
             for i, stats in zip(pick, summarize(returns, won, rate)):
@@ -195,7 +195,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def jax_take(tree, index):
+def _take_runs(tree, index):
+    """Leaves ``[R, ...] -> [len(index), ...]``."""
     import jax
 
     return jax.tree.map(lambda x: x[np.asarray(index)], tree)
@@ -203,11 +204,10 @@ def jax_take(tree, index):
 
 def cmd_render(args: argparse.Namespace) -> int:
     """``jaxpo render``: one episode of run ``--run`` to ``--out``."""
-    from jaxpo.evaluate import load_policy, render_episode
+    from jaxpo.evaluate import check_animation_path, load_policy, render_episode
 
     try:
-        if not args.out.lower().endswith((".gif", ".mp4")):
-            raise ValueError(f"--out must end in .gif or .mp4, got {args.out!r}")
+        check_animation_path(args.out)  # before the (slower) loading
         policy = load_policy(args.run_dir, run=args.run, greedy=args.greedy)
         frames = render_episode(policy, args.out, seed=args.seed, fps=args.fps)
     except ValueError as err:

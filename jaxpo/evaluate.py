@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
 import time
 import warnings
@@ -244,23 +245,26 @@ def episode_frames(policy: Policy, seed: int = 0) -> list[np.ndarray]:
     return [np.asarray(env.render(jax.tree.map(lambda x: x[t], states)))[..., :3] for t in range(steps)]
 
 
+def check_animation_path(path: str) -> str:
+    """The suffix of ``path`` (``.gif`` or ``.mp4``), or a ValueError."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in (".gif", ".mp4"):
+        raise ValueError(f"--out must end in .gif or .mp4, got {path!r}")
+    if suffix == ".mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise ValueError("writing .mp4 needs the imageio-ffmpeg package (pip install 'jaxpo[mp4]'); or write a .gif")
+    return suffix
+
+
 def render_episode(policy: Policy, path: str, seed: int = 0, fps: int = 10) -> int:
     """Writes one episode of ``policy`` to ``path`` (``.gif``, or ``.mp4`` with the
     imageio-ffmpeg plugin); returns the number of frames."""
     import imageio.v3 as iio
 
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix not in (".gif", ".mp4"):
-        raise ValueError(f"--out must end in .gif or .mp4, got {path!r}")
+    suffix = check_animation_path(path)
     frames = episode_frames(policy, seed)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if suffix == ".gif":
         iio.imwrite(path, np.stack(frames), duration=1000 / fps, loop=0)
     else:
-        try:
-            import imageio_ffmpeg  # noqa: F401
-        except ImportError:
-            raise ValueError("writing .mp4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); "
-                             "or write a .gif") from None
         iio.imwrite(path, np.stack(frames), fps=fps, plugin="FFMPEG")
     return len(frames)

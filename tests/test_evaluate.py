@@ -70,6 +70,10 @@ def test_render_writes_one_frame_per_step(trained_run, tmp_path, capsys):
     env = jaxpo.load_policy(run_dir).config.make_env()
     assert frames.shape[:3] == (env.max_steps, 320, 320)  # public_goods episodes last max_steps = 50
     assert len({frames[t].tobytes() for t in range(len(frames))}) > 10  # the frames change
+    mp4 = str(tmp_path / "episode.mp4")  # imageio-ffmpeg (the mp4 extra)
+    assert cli.main(["render", run_dir, "--out", mp4, "--run", "1"]) == 0
+    capsys.readouterr()
+    assert iio.imread(mp4, index=None, plugin="FFMPEG").shape == (env.max_steps, 320, 320, 3)
 
 
 def test_mpe_renders_through_jaxmarls_visualiser():
