@@ -60,8 +60,7 @@ def main() -> None:
     run_dir = os.path.join(out, "every1")
     step = checkpoint.steps(run_dir)[-1]
     size = dir_mib(os.path.join(checkpoint.checkpoint_dir(run_dir), str(step)))
-    tr = jaxpo.trainer(program.config)
-    state = checkpoint.restore(run_dir, target=lambda m: checkpoint.abstract_state(tr, m["state_runs"])).state
+    state = checkpoint.restore(run_dir, target=checkpoint.trained_target).state
     saver = checkpoint.Checkpointer(os.path.join(out, "timing"), every=1)
     batch = jaxpo.driver.Batch(program.config, program.runs, 1)
     metrics = {k: v[:, :1] for k, v in program.metrics.items()}

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpo.driver import Batch, ChunkEvent, Hook, MetricsCSV, Resumed
+from jaxpo.driver import Batch, ChunkEvent, Hook, MetricsCSV, Resumed, chunk_updates
 from jaxpo.experiment import Experiment, to_dict
 
 FORMAT = 1
@@ -310,6 +310,21 @@ def differences(saved: Mapping[str, Any], now: Mapping[str, Any], prefix: str = 
     return out
 
 
+def config_of(meta: Mapping[str, Any]) -> Any:
+    """The static ``Config`` of the batch a checkpoint belongs to."""
+    from jaxpo.experiment import from_dict
+
+    return from_dict({"config": meta["config"]}, source="the checkpoint's config").config
+
+
+def trained_target(meta: Mapping[str, Any]) -> Any:
+    """``restore``'s target for a checkpoint read on its own: the batch's state on the
+    program its meta names (all devices)."""
+    from jaxpo.learner import trainer
+
+    return abstract_state(trainer(config_of(meta)), meta["state_runs"])
+
+
 def abstract_state(tr, size: int) -> Any:
     """The batched ``TrainState`` of ``size`` runs (padding included) as
     ``ShapeDtypeStruct``s on the trainer's shardings: the target of a restore."""
@@ -329,11 +344,13 @@ FREE_ON_RESUME = ("run.progress", "run.bootstrap_reps", "run.log", "run.checkpoi
                   "run.on_nan", "run.runs_per_group", "run.out", "run.name")
 
 
-def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], program_runs: Sequence[int]) -> list[int]:
+def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], program_runs: Sequence[int],
+                    program_chunks: Sequence[int]) -> list[int]:
     """Refuses to resume ``meta``'s checkpoint as ``experiment`` (``to_dict`` form, with
-    ``program_runs`` runs per static config) when they differ in anything but
-    ``FREE_ON_RESUME`` (or ``run.steps``, for a run of one group); returns the saved
-    group sizes, which the resumed plan must keep."""
+    ``program_runs`` runs and ``program_chunks`` chunks per group, per static config)
+    when they differ in anything but ``FREE_ON_RESUME`` (or ``run.steps``, for a run of
+    one group, if no shorter than what is trained); returns the saved group sizes,
+    which the resumed plan must keep."""
     saved_runs, sizes = list(meta["program_runs"]), list(meta["group_sizes"])
     if saved_runs != list(program_runs):
         raise ValueError(f"cannot resume: the number of runs differs (checkpoint {sum(saved_runs)}, "
@@ -345,6 +362,9 @@ def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], prog
     if diffs:
         hint = "" if one_group else " (run.steps can change only for a run of one group)"
         raise ValueError("cannot resume: the experiment differs from the checkpoint's in " + "; ".join(diffs) + hint)
+    if one_group and meta["chunk"] > program_chunks[0]:
+        raise ValueError(f"cannot resume with run.steps={experiment['run']['steps']}: the checkpoint has trained "
+                         f"{meta['chunk']} chunks, more than the {program_chunks[0]} asked for")
     return sizes
 
 
@@ -360,7 +380,6 @@ def resume_batch(batch: Batch, tr, run_dir: str, csv: MetricsCSV | None = None, 
     if csv is not None:
         k = batch.config.updates_per_chunk
         for c in range(found.chunk):
-            updates = np.arange(c * k, (c + 1) * k) + 1
-            csv.write(batch, updates, updates * batch.config.steps_per_update,
+            csv.write(batch, *chunk_updates(batch.config, c),
                       {name: v[:, c * k:(c + 1) * k] for name, v in found.metrics.items()})
     return dataclasses.replace(batch, resumed=Resumed(found.chunk, found.state, found.metrics))

@@ -165,7 +165,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         if args.episodes < 1:
             raise ValueError(f"--episodes must be a positive integer, got {args.episodes}")
-        batches = latest_batches(args.run_dir) if os.path.isdir(args.run_dir) else {}
+        batches = latest_batches(args.run_dir)
         if not batches:
             checkpoint.restore(args.run_dir)  # raises the precise error
         rows, known = [], []

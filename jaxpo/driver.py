@@ -111,6 +111,20 @@ def setting_of(label: str) -> str:
     return label.rsplit("/seed", 1)[0]
 
 
+def chunk_updates(config: Config, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(updates, env steps)`` per run after each update of chunk ``chunk`` (from 0):
+    int ``[K]`` each, updates counted from 1."""
+    updates = np.arange(chunk * config.updates_per_chunk, (chunk + 1) * config.updates_per_chunk) + 1
+    return updates, updates * config.steps_per_update
+
+
+def close_hooks(hooks: Sequence[Hook]) -> None:
+    """Closes the hooks that hold files, writers or threads (those with a ``close``)."""
+    for hook in hooks:
+        if hasattr(hook, "close"):
+            hook.close()
+
+
 def env_steps_per_update(config: Config, num_updates: int) -> np.ndarray:
     """Environment steps per run after each of ``num_updates`` updates: int ``[U]``."""
     return config.steps_per_update * np.arange(1, num_updates + 1)
@@ -201,8 +215,7 @@ def run_batch(tr: Trainer, hyper: Hyper, seeds: np.ndarray, batch: Batch, hooks:
         if i == done:
             first_chunk_seconds = seconds
         chunks.append(metrics)
-        updates = np.arange(i * cfg.updates_per_chunk, (i + 1) * cfg.updates_per_chunk) + 1
-        event = ChunkEvent(batch, i, updates, updates * cfg.steps_per_update, metrics, state, seconds)
+        event = ChunkEvent(batch, i, *chunk_updates(cfg, i), metrics, state, seconds)
         for hook in hooks:
             hook.chunk(event)
     for hook in hooks:
@@ -372,9 +385,7 @@ def train(
     try:
         state, metrics, compile_seconds = run_batch(tr, hyper, seeds, batch, ordered)
     finally:
-        for hook in owned:
-            if hasattr(hook, "close"):
-                hook.close()
+        close_hooks(owned)
     result = TrainResult(
         config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=metrics,
         env_steps=env_steps_per_update(config, num_updates), state=state, out_dir=out_dir,

@@ -57,10 +57,18 @@ class Policy:
             return choose(self.net.policy(self.params, obs, mask), key, self.greedy)
         carry = self.initial_carry(obs.shape[:-2]) if carry is None else carry
         first = jnp.zeros(obs.shape[:-2], bool) if first is None else first
-        carry, out = self.net.actor.step(self.params["actor"], carry, obs, first)
-        return choose(self.net.distribution(out, mask), key, self.greedy), carry
+        return self.step(key, obs, mask, carry, first)
 
     __call__ = act
+
+    def step(self, key: jax.Array, obs: jax.Array, mask: jax.Array, carry: jax.Array,
+             first: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(actions, carry')`` for either kind of actor (feed-forward: carry unchanged):
+        the one acting step that evaluation and rendering scan."""
+        if not self.net.recurrent:
+            return choose(self.net.policy(self.params, obs, mask), key, self.greedy), carry
+        carry, out = self.net.actor.step(self.params["actor"], carry, obs, first)
+        return choose(self.net.distribution(out, mask), key, self.greedy), carry
 
 
 def choose(dist: Any, key: jax.Array, greedy: bool) -> jax.Array:
@@ -70,12 +78,6 @@ def choose(dist: Any, key: jax.Array, greedy: bool) -> jax.Array:
     if isinstance(dist, MaskedDiagGaussian):
         return jnp.where(dist.mask, dist.mean, 0.0)
     return dist.mode()
-
-
-def _config(meta: dict[str, Any]) -> Config:
-    from jaxpo.experiment import from_dict
-
-    return from_dict({"config": meta["config"]}, source="the checkpoint's config").config
 
 
 def latest_batches(run_dir: str) -> dict[int, int]:
@@ -91,12 +93,10 @@ def latest_batches(run_dir: str) -> dict[int, int]:
 
 def load_runs(run_dir: str, step: int) -> tuple[Config, Any, list[dict], dict]:
     """``(config, params [R, ...] (padding dropped), run table, meta)`` of one checkpoint."""
-    meta = checkpoint.read_meta(run_dir, step)
-    config = _config(meta)
-    tr = trainer(config)
-    found = checkpoint.restore(run_dir, target=lambda m: checkpoint.abstract_state(tr, m["state_runs"]), step=step)
-    params = jax.tree.map(lambda x: np.asarray(jax.device_get(x))[:len(meta["runs"])], found.state.params)
-    return config, params, meta["runs"], found.meta
+    found = checkpoint.restore(run_dir, target=checkpoint.trained_target, step=step)
+    runs = found.meta["runs"]
+    params = jax.tree.map(lambda x: np.asarray(jax.device_get(x))[:len(runs)], found.state.params)
+    return checkpoint.config_of(found.meta), params, runs, found.meta
 
 
 def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
@@ -124,24 +124,18 @@ def _episode_returns(config: Config, env: Any, params: Any, run_ids: jax.Array, 
     runs ``params [R, ...]`` (``run_ids [R]``: each run's episodes draw from
     ``fold_in(key, run_id)``, so they do not depend on which runs are evaluated with it):
     ``(returns [R, episodes] (team mean), won bool [R, episodes] or None)``."""
-    net = trainer(config).net
-
     def one_run(params, key):
+        policy = Policy(config, params, {}, 0, greedy)
         key_reset, key = jax.random.split(key)
         env_state, ts = jax.vmap(env.reset)(jax.random.split(key_reset, episodes))
-        carry = net.initial_carry((episodes,))["actor"]
+        carry = policy.initial_carry((episodes,))
         first = jnp.ones((episodes,), bool)
         running = jnp.ones((episodes,), bool)
 
         def step(carry_, key):
             env_state, ts, carry, first, running, total, won = carry_
             key_act, key_env = jax.random.split(key)
-            if net.recurrent:
-                carry, out = net.actor.step(params["actor"], carry, ts.obs, first)
-                dist = net.distribution(out, ts.action_mask)
-            else:
-                dist = net.policy(params, ts.obs, ts.action_mask)
-            actions = choose(dist, key_act, greedy)
+            actions, carry = policy.step(key_act, ts.obs, ts.action_mask, carry, first)
             env_state, ts = jax.vmap(env.step)(jax.random.split(key_env, episodes), env_state, actions)
             total = total + jnp.where(running, ts.reward.mean(-1), 0.0)
             if ts.won is not None:
@@ -230,10 +224,7 @@ def episode_frames(policy: Policy, seed: int = 0) -> list[np.ndarray]:
         def step(c, key):
             state, ts, carry, first, running = c
             key_act, key_env = jax.random.split(key)
-            if policy.net.recurrent:
-                actions, carry = policy.act(key_act, ts.obs, ts.action_mask, carry, first)
-            else:
-                actions = policy.act(key_act, ts.obs, ts.action_mask)
+            actions, carry = policy.step(key_act, ts.obs, ts.action_mask, carry, first)
             next_state, next_ts = env.step(key_env, state, actions)
             return (next_state, next_ts, carry, jnp.zeros((), bool), running & ~next_ts.done), (state, running)
 

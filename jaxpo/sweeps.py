@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxpo import checkpoint
 from jaxpo.config import Config, Hyper
-from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Run, ensure_writable,
+from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Run, close_hooks, ensure_writable,
                           env_steps_per_update, run_batch)
 from jaxpo.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict
 from jaxpo.guard import NanGuard
@@ -179,7 +179,8 @@ def plan(experiment: Experiment | str | Mapping | None = None, *, resume: bool =
         ensure_writable(out_dir)
     experiment = experiment.replace(run={"name": name})
     if latest is not None:
-        sizes = checkpoint.check_resumable(latest.meta, to_dict(experiment), [len(p.runs) for p in programs])
+        sizes = checkpoint.check_resumable(latest.meta, to_dict(experiment), [len(p.runs) for p in programs],
+                                           [p.num_chunks for p in programs])
     else:
         sizes = [group_size(trainer(p.config), len(p.runs), experiment.run.runs_per_group) for p in programs]
         sizes = agree(sizes)  # free memory differs between hosts
@@ -187,10 +188,6 @@ def plan(experiment: Experiment | str | Mapping | None = None, *, resume: bool =
     for program, size in zip(programs, sizes):
         program.group_size, program.offset = int(size), offset
         offset += len(program.groups()) * program.num_chunks
-    if latest is not None and len(sizes) == 1 and sizes[0] >= len(programs[0].runs) \
-            and latest.chunk > programs[0].num_chunks:  # one group: run.steps may have changed
-        raise ValueError(f"cannot resume with run.steps={experiment.run.steps}: the checkpoint has trained "
-                         f"{latest.chunk} chunks, more than the {programs[0].num_chunks} asked for")
     return Plan(experiment, programs, out_dir, latest)
 
 
@@ -272,9 +269,7 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
         for program, tr in zip(programs, trainers):
             index = _run_program(program, tr, hooks, index, resume_at, out_dir, csv)
     finally:
-        for hook in owned:
-            if hasattr(hook, "close"):
-                hook.close()
+        close_hooks(owned)
     result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start, dict(guard.diverged))
     _write_reports(result, plan_.is_sweep, write=writer)
     return result

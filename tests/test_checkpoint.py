@@ -17,7 +17,6 @@ import pytest
 import jaxpo
 from jaxpo import checkpoint, cli
 from jaxpo.driver import Hook
-from jaxpo.learner import trainer
 from jaxpo.sweeps import resume
 
 from conftest import CHUNKS, experiment
@@ -28,10 +27,7 @@ FLAGS = ["--env", "public_goods", "--num-envs", "8", "--num-steps", "16", "--upd
 
 def final_state(run_dir):
     """The batched state of a run directory's newest checkpoint, on the host."""
-    meta = checkpoint.read_meta(run_dir, checkpoint.steps(run_dir)[-1])
-    tr = trainer(jaxpo.experiment.from_dict({"config": meta["config"]}).config)
-    found = checkpoint.restore(run_dir, target=lambda m: checkpoint.abstract_state(tr, m["state_runs"]))
-    return jax.device_get(found.state)
+    return jax.device_get(checkpoint.restore(run_dir, target=checkpoint.trained_target).state)
 
 
 def assert_same_run(a, b):
@@ -168,8 +164,7 @@ def test_missing_and_corrupted_checkpoints(straight, tmp_path, capsys):
         with open(path, "r+b") as f:
             f.truncate(os.path.getsize(path) // 2)  # torn array data
     with pytest.warns(UserWarning, match=f"checkpoint .*{steps[-1]} cannot be read"):
-        found = checkpoint.restore(run_dir, target=lambda m: checkpoint.abstract_state(
-            trainer(jaxpo.experiment.from_dict({"config": m["config"]}).config), m["state_runs"]))
+        found = checkpoint.restore(run_dir, target=checkpoint.trained_target)
     assert found.step == steps[-2]
 
     for step in steps:  # every checkpoint torn: a clear error, no orbax traceback
