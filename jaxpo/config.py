@@ -77,6 +77,11 @@ class Config:
         parallel: how a program uses D devices: "runs" splits the runs (seeds, settings)
             over them; "envs" splits each run's environments over them, data parallel
             (num_envs must be a multiple of D), for runs too large for one device.
+        diagnostics: also log, per update, the policy gradient's signal, noise and
+            signal-to-noise ratio at θ_old (``pg_*``, means over agents) and the importance
+            weights' statistics per epoch (``rho_*_e<epoch>``); see ``jaxpo.diagnostics``.
+            Costs per update about N backward passes of the batch; off, the program is
+            unchanged. Simultaneous scheme only.
     """
 
     env: str = "MPE_simple_spread_v3"
@@ -98,6 +103,7 @@ class Config:
     recurrent: bool = False
     seq_len: int | None = None
     parallel: Parallel = "runs"
+    diagnostics: bool = False
 
     def __post_init__(self):
         if not isinstance(self.env, str) or not self.env:
@@ -139,6 +145,9 @@ class Config:
                 f"num_envs * num_steps / sequence length ({self.num_envs} * {self.num_steps} / "
                 f"{self.sequence_length} = {self.num_sequences})"
             )
+        if self.diagnostics and self.scheme == "sequential":
+            raise ValueError("Config.diagnostics is for the simultaneous scheme: exact HAPPO (scheme='sequential') "
+                             "has no support-matrix importance weights to measure")
         if self.scheme == "sequential" and self.share_params:
             raise ValueError("Config.scheme='sequential' (exact HAPPO) needs share_params=False: "
                              "agents are updated one after another, each with its own parameters")

@@ -21,7 +21,7 @@ from flax import struct
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxpo import envs, happo, losses, valuenorm
+from jaxpo import diagnostics, envs, happo, losses, valuenorm
 from jaxpo.config import Config, Hyper
 from jaxpo.gae import gae
 from jaxpo.networks import ActorCritic
@@ -177,12 +177,28 @@ class Trainer:
         """``[L, b, N] -> [L * b, N]``: the losses take one batch axis."""
         return x.reshape(-1, self.num_agents)
 
-    def _loss(self, params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
-        """PPO loss on a minibatch of b sequences of L steps (leaves ``[b, L, N, ...]``;
-        L = 1 for feed-forward networks): sequences are replayed from their stored
-        hidden states, resetting them where episodes start, exactly as in the rollout."""
+    def policy(self, actor_params: Any, batch: Any) -> Any:
+        """The actor's distribution over a minibatch of b sequences of L steps (leaves
+        ``[b, L, N, ...]``; L = 1 for feed-forward networks), time-major ``[L, b, N]``:
+        sequences are replayed from their stored hidden states, resetting them where
+        episodes start, exactly as in the rollout."""
         h0, first, tm = self._unroll_inputs(batch)
-        dist = self.net.unroll_policy(params["actor"], h0["actor"], tm(batch.obs), tm(batch.action_mask), first)
+        return self.net.unroll_policy(actor_params, h0["actor"], tm(batch.obs), tm(batch.action_mask), first)
+
+    def flat_time_major(self, x: jax.Array) -> jax.Array:
+        """``[b, L, N] -> [L * b, N]``: the rows in the order of ``log_probs``."""
+        return self._flat(jnp.swapaxes(x, 0, 1))
+
+    def log_probs(self, actor_params: Any, batch: Any) -> jax.Array:
+        """``[L * b, N]``: each agent's log-probability of its stored action under
+        ``actor_params`` (``policy``'s replay of the b sequences), time-major rows."""
+        return self._flat(self.policy(actor_params, batch).log_prob(jnp.swapaxes(batch.action, 0, 1)))
+
+    def _loss(self, params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
+        """PPO loss on a minibatch of b sequences of L steps (leaves ``[b, L, N, ...]``),
+        actor and critic replayed as in ``policy``."""
+        h0, first, tm = self._unroll_inputs(batch)
+        dist = self.policy(params["actor"], batch)
         values = self.net.unroll_value(params["critic"], h0["critic"], tm(batch.critic_obs), first)
         flat = self._flat  # [L, b, N] -> [L * b, N]
         return losses.ppo_loss(
@@ -198,6 +214,7 @@ class Trainer:
             vf_coef=hyper.vf_coef,
             ent_coef=hyper.ent_coef,
             huber_delta=self._huber_delta(hyper),
+            weight_stats=self.config.diagnostics,
         )
 
     def _critic_loss(self, critic_params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
@@ -239,7 +256,10 @@ class Trainer:
         # Data parallel: the gradient of the devices' mean loss. (The gradient w.r.t.
         # replicated params is already summed over the axis, so a pmean of local
         # gradients would be D× too large.)
-        mean_loss = lambda *args: losses.pmean(loss_fn(*args), self.axis)
+        def mean_loss(*args):
+            loss, metrics = loss_fn(*args)
+            return losses.pmean(loss, self.axis), losses.pmean_metrics(metrics, self.axis)
+
         grad_fn = jax.value_and_grad(mean_loss, has_aux=True)
 
         def minibatch_update(carry, minibatch):
@@ -282,44 +302,68 @@ class Trainer:
             advantages = losses.aggregate_advantages(advantages, hyper.S_A)
         return losses.normalize_advantages(advantages, cfg.adv_norm, self.axis), targets
 
-    def step(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, jax.Array]]:
-        cfg = self.config
-        key, key_rollout, key_epochs = jax.random.split(state.key, 3)
-        rollout_state, traj = rollout(
-            self.env, self.net, state.params, state.rollout, key_rollout, cfg.num_steps, cfg.critic_input,
-            axis_name=self.axis,
-        )
+    def training_data(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[Any, jax.Array, jax.Array]:
+        """The samples of one update from a rollout ``traj`` (leaves ``[T, E, ...]``):
+        ``(sequences, advantages, targets)``, leaves ``[S, L, ...]`` — S = E·T/L sequences
+        of L consecutive steps (L = 1 feed-forward), all N agents of a step together in
+        one sample. ``sequences`` keeps only the transition fields the loss reads;
+        advantages are aggregated and normalised (``advantages``)."""
         advantages, targets = self.advantages(state, traj, hyper)
-
-        # [T, E] -> [S, L]: S sequences of L steps (L = 1 feed-forward); agents stay
-        # together in each sample. Only the fields the loss reads are shuffled.
         loss_inputs = traj.replace(
             reward=None, terminated=None, truncated=None, final_value=None,
             episode_return=None, episode_length=None, episode_won=None,
         )
-        data = jax.tree.map(lambda x: to_sequences(x, cfg.sequence_length), (loss_inputs, advantages, targets))
+        seq_len = self.config.sequence_length
+        return jax.tree.map(lambda x: to_sequences(x, seq_len), (loss_inputs, advantages, targets))
+
+    def update(self, state: TrainState, data: Any, key: jax.Array, hyper: Hyper) -> tuple[tuple[Any, Any, Any], dict]:
+        """``num_epochs`` × ``num_minibatches`` optimiser steps from ``state``'s parameters
+        on ``data`` (``training_data``'s): ``((params, opt_state, value_norm), metrics)``,
+        each metric ``[num_epochs, num_minibatches]`` (exact HAPPO: the actors' and the
+        critics' metrics, as ``happo.sequential_actor_update`` and ``_epochs`` shape them)."""
+        cfg = self.config
         optimizer = _optimizer(hyper)
         if cfg.scheme == "simultaneous":
-            (params, opt_state, norm), loss_metrics = self._epochs(
-                self._loss, state.params, state.opt_state, state.value_norm, data, self._own(key_epochs),
-                optimizer, hyper,
-            )
-        else:  # exact HAPPO: actors one after another, then the critics
-            key_order, key_actor, key_epochs = jax.random.split(key_epochs, 3)
-            order = jax.random.permutation(key_order, self.num_agents)
-            batch, actor_advantages, extra = self._happo_inputs(data[0], data[1])
-            actor, actor_opt, actor_metrics = happo.sequential_actor_update(
-                self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
-                batch, actor_advantages, order, self._own(key_actor), hyper.clip_eps, hyper.ent_coef,
-                cfg.num_epochs, cfg.num_minibatches, extra_inputs=extra, axis_name=self.axis,
-            )
-            (critic, critic_opt, norm), critic_metrics = self._epochs(
-                self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,
-                data, self._own(key_epochs), optimizer, hyper,
-            )
-            params = {"actor": actor, "critic": critic}
-            opt_state = {"actor": actor_opt, "critic": critic_opt}
-            loss_metrics = {**actor_metrics, **critic_metrics}
+            return self._epochs(self._loss, state.params, state.opt_state, state.value_norm, data, self._own(key),
+                                optimizer, hyper)
+        # exact HAPPO: actors one after another, then the critics
+        key_order, key_actor, key_epochs = jax.random.split(key, 3)
+        order = jax.random.permutation(key_order, self.num_agents)
+        batch, actor_advantages, extra = self._happo_inputs(data[0], data[1])
+        actor, actor_opt, actor_metrics = happo.sequential_actor_update(
+            self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
+            batch, actor_advantages, order, self._own(key_actor), hyper.clip_eps, hyper.ent_coef,
+            cfg.num_epochs, cfg.num_minibatches, extra_inputs=extra, axis_name=self.axis,
+        )
+        (critic, critic_opt, norm), critic_metrics = self._epochs(
+            self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,
+            data, self._own(key_epochs), optimizer, hyper,
+        )
+        params = {"actor": actor, "critic": critic}
+        opt_state = {"actor": actor_opt, "critic": critic_opt}
+        return (params, opt_state, norm), {**actor_metrics, **critic_metrics}
+
+    def collect(self, state: TrainState, hyper: Hyper) -> tuple[RolloutState, Any, Any]:
+        """The rollout the next ``step`` from ``state`` collects: ``(rollout state after it,
+        traj [T, E, ...], its training_data)``."""
+        _, key_rollout, _ = jax.random.split(state.key, 3)
+        cfg = self.config
+        rollout_state, traj = rollout(
+            self.env, self.net, state.params, state.rollout, key_rollout, cfg.num_steps, cfg.critic_input,
+            axis_name=self.axis,
+        )
+        return rollout_state, traj, self.training_data(state, traj, hyper)
+
+    def step(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, jax.Array]]:
+        cfg = self.config
+        key, _, key_epochs = jax.random.split(state.key, 3)
+        rollout_state, traj, data = self.collect(state, hyper)
+        (params, opt_state, norm), loss_metrics = self.update(state, data, key_epochs, hyper)
+        diagnosed = {}
+        if cfg.diagnostics:  # static: without the flag the program is unchanged
+            moments = {name: loss_metrics.pop(name) for name in losses.WEIGHT_MOMENTS}
+            diagnosed = diagnostics.training_metrics(self, state.params["actor"], data, hyper, moments,
+                                                     loss_metrics["clip_frac"])
 
         total = lambda x: jnp.sum(x) if self.axis is None else jax.lax.psum(jnp.sum(x), self.axis)
         episodes = total(traj.episode_length > 0)
@@ -331,6 +375,7 @@ class Trainer:
             "reward": losses.pmean(traj.reward.mean(), self.axis),
             **({} if traj.episode_won is None else {"win_rate": mean_or_nan(traj.episode_won)}),
             **jax.tree.map(jnp.mean, loss_metrics),
+            **diagnosed,
         }
         new_state = TrainState(
             params=params, opt_state=opt_state, rollout=rollout_state, value_norm=norm, key=key,

@@ -122,6 +122,28 @@ def pmean(x: Any, axis_name: str | None) -> Any:
     return x if axis_name is None else jax.lax.pmean(x, axis_name)
 
 
+def pmean_metrics(metrics: dict[str, Any], axis_name: str | None) -> dict[str, Any]:
+    """Metrics of equal shares of a batch combined over ``axis_name``: maxima
+    (``*_max``) by ``pmax``, everything else by ``pmean``."""
+    if axis_name is None:
+        return metrics
+    return {k: jax.lax.pmax(v, axis_name) if k.endswith("_max") else jax.lax.pmean(v, axis_name)
+            for k, v in metrics.items()}
+
+
+# The raw importance-weight moments ``policy_loss(weight_stats=True)`` adds to its metrics.
+WEIGHT_MOMENTS = ("rho_dev", "rho_dev_sq", "rho_max")
+
+
+def weight_moments(rho_bar: chex.Array) -> dict[str, chex.Array]:
+    """Moments of the term importance weights ``ρ̄`` (any shape) that combine exactly over
+    equal-sized batches: ``rho_dev = mean(ρ̄ − 1)``, ``rho_dev_sq = mean((ρ̄ − 1)²)``
+    (centred at 1, the value at θ_old, so the variance ``rho_dev_sq − rho_dev²`` keeps its
+    precision when ρ̄ is near 1) and ``rho_max = max ρ̄``."""
+    dev = rho_bar - 1.0
+    return {"rho_dev": jnp.mean(dev), "rho_dev_sq": jnp.mean(jnp.square(dev)), "rho_max": jnp.max(rho_bar)}
+
+
 def mean_std(x: chex.Array, axes: tuple[int, ...] | None, axis_name: str | None = None) -> tuple[chex.Array, chex.Array]:
     """Mean and standard deviation of ``x`` over ``axes`` (None: all), kept as size-1
     axes; with ``axis_name``, over the equal shares of ``x`` on every device of that axis."""
@@ -135,6 +157,7 @@ def policy_loss(
     advantages: chex.Array,
     S_R: chex.Array,
     clip_eps: chex.Numeric,
+    weight_stats: bool = False,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """Support-matrix clipped surrogate loss (negated objective, to minimise).
 
@@ -153,11 +176,13 @@ def policy_loss(
       S_R: ``[N, N]`` 0/1 ratio support or its column lists (``aggregate_log_ratio``);
         may be traced.
       clip_eps: scalar ε; may be traced.
+      weight_stats: static; also return the moments of ρ̄ (``weight_moments``).
 
     Returns:
       ``(loss, metrics)``: scalar loss; metrics ``"clip_frac"`` (fraction of (b, i)
       with ``|ρ̄_i − 1| > ε``) and ``"approx_kl"`` (mean over b and agents k of
-      ``(ρ_k − 1) − log ρ_k``, per-agent ratios).
+      ``(ρ_k − 1) − log ρ_k``, per-agent ratios), and with ``weight_stats`` the
+      ``WEIGHT_MOMENTS``.
     """
     chex.assert_rank([log_prob, old_log_prob, advantages], 2)
     chex.assert_equal_shape([log_prob, old_log_prob, advantages])
@@ -175,6 +200,7 @@ def policy_loss(
     metrics = {
         "clip_frac": jnp.mean((jnp.abs(rho_bar - 1.0) > clip_eps).astype(loss.dtype)),
         "approx_kl": jnp.mean(jnp.expm1(log_ratio) - log_ratio),
+        **(weight_moments(rho_bar) if weight_stats else {}),
     }
     return loss, metrics
 
@@ -296,6 +322,7 @@ def ppo_loss(
     vf_coef: chex.Numeric,
     ent_coef: chex.Numeric,
     huber_delta: chex.Numeric | None = None,
+    weight_stats: bool = False,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """Total loss ``policy_loss + vf_coef · value_loss − ent_coef · entropy_bonus``.
 
@@ -307,10 +334,11 @@ def ppo_loss(
 
     Returns:
       ``(loss, metrics)``; metrics (scalars): ``"policy_loss"``, ``"value_loss"``,
-      ``"entropy"``, ``"clip_frac"``, ``"approx_kl"``, ``"loss"``.
+      ``"entropy"``, ``"clip_frac"``, ``"approx_kl"``, ``"loss"``, and with
+      ``weight_stats`` (static) the ``WEIGHT_MOMENTS`` of ρ̄.
     """
     chex.assert_equal_shape([log_prob, values, entropy])
-    pi_loss, pi_metrics = policy_loss(log_prob, old_log_prob, advantages, S_R, clip_eps)
+    pi_loss, pi_metrics = policy_loss(log_prob, old_log_prob, advantages, S_R, clip_eps, weight_stats)
     v_loss = value_loss(values, old_values, returns, clip_eps, huber_delta)
     ent = entropy_bonus(entropy)
     loss = pi_loss + vf_coef * v_loss - ent_coef * ent
@@ -318,8 +346,7 @@ def ppo_loss(
         "policy_loss": pi_loss,
         "value_loss": v_loss,
         "entropy": ent,
-        "clip_frac": pi_metrics["clip_frac"],
-        "approx_kl": pi_metrics["approx_kl"],
+        **pi_metrics,
         "loss": loss,
     }
     return loss, metrics

@@ -25,10 +25,12 @@ SECONDS: list[float] = []  # wall seconds of every run() (compile included), for
 RUNS_CONFIG = Config(env="MPE_simple_spread_v3", num_envs=4, num_steps=8, updates_per_chunk=2, num_epochs=2,
                      num_minibatches=2, hidden=(16,))
 # Data parallel: 16 envs, 2 per device; one minibatch, so the one-device run sees the same batches.
-ENVS_CONFIG = dataclasses.replace(RUNS_CONFIG, num_envs=16, num_minibatches=1, value_norm=True, parallel="envs")
+# With the diagnostics, whose statistics must be the whole batch's too.
+ENVS_CONFIG = dataclasses.replace(RUNS_CONFIG, num_envs=16, num_minibatches=1, value_norm=True, parallel="envs",
+                                  diagnostics=True)
 # Exact HAPPO, on an env whose `terminated` is a constant (a carry leaf the same on every device).
 SEQUENTIAL_CONFIG = dataclasses.replace(ENVS_CONFIG, env="traffic_grid", env_kwargs={"rows": 2, "cols": 2},
-                                        scheme="sequential", share_params=False, num_epochs=1)
+                                        scheme="sequential", share_params=False, num_epochs=1, diagnostics=False)
 
 
 def leaves(tree) -> list[np.ndarray]:

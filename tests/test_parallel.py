@@ -75,7 +75,8 @@ def test_data_parallel_update_equals_one_device_update(measured):
     envs = measured["envs"]
     assert envs["params_vs_one_device"] <= TOLERANCE
     assert envs["value_norm_vs_one_device"] <= TOLERANCE
-    # Every logged metric is the whole batch's, not one device's share.
+    # Every logged metric is the whole batch's, not one device's share (diagnostics included).
+    assert {"pg_snr", "rho_max_e2"} <= set(envs["metrics_vs_one_device"])
     assert all(v <= TOLERANCE for v in envs["metrics_vs_one_device"].values()), envs["metrics_vs_one_device"]
 
 
