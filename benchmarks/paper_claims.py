@@ -1,0 +1,418 @@
+"""The analysis's three claims (``DESIGN.md`` §1), measured with jaxpo.
+
+Run:  python benchmarks/paper_claims.py                        # all three, full size (~1.5 h on 2 CPU cores)
+      python benchmarks/paper_claims.py --claims 2 3 --quick   # small versions (what the notebook runs)
+      python benchmarks/paper_claims.py --claims 3 --envs pg_c1 traffic_c1
+
+One JSON object per line on stdout (also appended to ``OUT/claims.jsonl``); figures
+``OUT/claim1.png``, ``claim2.png``, ``claim3.png``. Statistics over seeds are interquartile
+means (IQM) with 95% stratified-bootstrap intervals (``jaxpo.report.group_statistics``,
+rliable).
+
+**Supports of size m.** ``window(n, m)[k, i] = 1`` iff ``(i − k) mod n < m``: m agents
+per row and per column. On the advantage side, ``(S_A, S_R) = (W, I)`` sums m agents'
+advantages into each term; on the ratio side, ``(I, W)`` multiplies m agents' ratios
+into each term's weight. Both have the signal matrix ``S̃ = S_R @ S_A = W``.
+
+Claim 1 — redundancy. Pairs with equal S̃: team advantage ``(11ᵀ, I)`` vs joint ratio
+``(I, 11ᵀ)``, ``window`` 4 on either side, and happo's order-triangular matrices vs their
+canonical form ``(S̃, I)``. (a) The first update's policy gradient on one real batch, with
+advantages unnormalised (equal to float precision) and batch-normalised (then the
+advantage side is divided by std(S_A A) and the ratio side by std(A): parallel, scaled).
+(b) Learning curves over seeds in one program, with ``Config.diagnostics`` logging the
+gradient SNR and the importance weights' variance, to see whether the curves' difference
+follows the variance gap.
+
+Claim 2 — variance ordering. On one batch per seed (public_goods, per-agent rewards,
+N = 32, after a short ippo warm-up), per m and side: the per-agent policy-gradient
+variance and SNR (``jaxpo.diagnostics.policy_gradient_stats``) at θ_old and after 1, 2
+and 4 epochs of updates on that batch, and the variance of the importance weights. Fits
+linear (``a + b m``) and exponential (``a · exp(b m)``) models to each curve.
+
+Claim 3 — interior optimum. khop(coupling, κ) for κ = 0 … c + 3 and the full support,
+seeds, every run of an environment in one vmapped program. Per κ: final return (mean of
+the last 10% of updates), area under the curve (mean return over training: sample
+efficiency) and env steps until the run's smoothed return first reaches 90% of the
+best κ's final IQM (the budget when it never does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxpo import Config, Hyper, diagnostics, envs, losses, report, support, train
+from jaxpo.learner import Trainer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def emit(record: dict, out: str | None) -> None:
+    """One JSON line on stdout and appended to ``out/claims.jsonl``; silent without ``out``
+    (the functions' return values carry everything, e.g. in a notebook)."""
+    if out:
+        line = json.dumps(record)
+        print(line, flush=True)
+        with open(os.path.join(out, "claims.jsonl"), "a") as f:
+            f.write(line + "\n")
+
+
+def window(n: int, m: int) -> np.ndarray:
+    """float32 [n, n]: ``W[k, i] = 1`` iff ``(i − k) mod n < m`` (m agents per row and column)."""
+    k, i = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    return ((i - k) % n < m).astype(np.float32)
+
+
+def advantage_side(n: int, m: int) -> support.Support:
+    return support.custom(window(n, m), np.eye(n), name=f"adv{m}")
+
+
+def ratio_side(n: int, m: int) -> support.Support:
+    return support.custom(np.eye(n), window(n, m), name=f"ratio{m}")
+
+
+def iqm_ci(scores: np.ndarray) -> dict[str, float]:
+    """IQM and its 95% bootstrap interval of scores [n]."""
+    stats = report.group_statistics({"x": np.asarray(scores, np.float64)}, reps=2000)["x"]
+    return {"iqm": stats["iqm"], "ci": [stats["iqm_ci_low"], stats["iqm_ci_high"]]}
+
+
+def fit_growth(m: np.ndarray, v: np.ndarray) -> dict[str, float]:
+    """Least-squares models of v(m) > 0: linear ``a + b m``, exponential ``a exp(b m)`` and
+    power ``a m^p`` (the last two fitted to log v); R² of each on v itself, and v's growth
+    from the smallest to the largest m. (p ≈ 1: independent noises adding up; p ≈ 2:
+    perfectly correlated ones.)"""
+    m, v = np.asarray(m, float), np.maximum(np.asarray(v, float), 1e-30)
+    total = np.sum((v - v.mean()) ** 2)
+    r2 = lambda pred: float(1 - np.sum((v - pred) ** 2) / total) if total > 0 else float("nan")
+    b_lin, a_lin = np.polyfit(m, v, 1)
+    b_exp, log_a = np.polyfit(m, np.log(v), 1)
+    p, log_c = np.polyfit(np.log(m), np.log(v), 1)
+    return {"linear_r2": r2(a_lin + b_lin * m), "exp_r2": r2(np.exp(log_a + b_exp * m)), "exp_rate": float(b_exp),
+            "power_r2": r2(np.exp(log_c) * m ** p), "power": float(p), "growth": float(v[-1] / v[0])}
+
+
+def batch_gradient(tr: Trainer, actor: Any, data: Any, hyper: Hyper) -> Any:
+    """The policy surrogate's gradient over the whole batch (objective, not loss)."""
+    samples, advantages = data[0], data[1]
+
+    def objective(params):
+        return -losses.policy_loss(tr.log_probs(params, samples), tr.flat_time_major(samples.log_prob),
+                                   tr.flat_time_major(advantages), hyper.S_R, hyper.clip_eps)[0]
+
+    return jax.grad(objective)(actor)
+
+
+def warm_states(tr: Trainer, seeds: list[int], updates: int):
+    """``[S]`` states after ``updates`` ippo updates (a policy away from uniform) and the
+    next rollout of each, ``(state, traj)``."""
+    hyper = Hyper.stack([Hyper.create(support.ippo(tr.num_agents))] * len(seeds))
+    state = jax.jit(jax.vmap(tr.init))(jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds)), hyper)
+    step = jax.jit(jax.vmap(tr.step))
+    for _ in range(updates):
+        state, _ = step(state, hyper)
+    _, traj, _ = jax.jit(jax.vmap(tr.collect))(state, hyper)
+    return state, traj
+
+
+# ------------------------------------------------------------------ claim 1
+
+
+def claim1(n: int, seeds: list[int], steps: int, num_envs: int, out: str | None, quick: bool) -> dict:
+    base = Config(env="public_goods", env_kwargs={"num_agents": n, "radius": 1}, num_envs=num_envs, num_steps=50,
+                  hidden=(32, 32), updates_per_chunk=5 if quick else 10, num_epochs=4, num_minibatches=4)
+    happo_support = support.happo(n, seed=0)
+    pairs = {
+        "team": (support.custom(np.ones((n, n)), np.eye(n), name="team_adv"), support.custom(np.eye(n), np.ones((n, n)), name="joint_ratio")),
+        "window4": (advantage_side(n, 4), ratio_side(n, 4)),
+        "happo": (happo_support.canonical(), happo_support),
+    }
+    # (a) one batch: first-update gradients, unnormalised and batch-normalised advantages
+    gradients = {}
+    for norm in ("none", "batch"):
+        tr = Trainer(dataclasses.replace(base, adv_norm=norm))
+        state, traj = warm_states(tr, seeds[:1], updates=0)
+        state, traj = jax.tree.map(lambda x: x[0], (state, traj))
+        for pair, sups in pairs.items():
+            grads = []
+            for sup in sups:
+                hyper = Hyper.create(sup)
+                data = jax.jit(tr.training_data)(state, traj, hyper)
+                g = jax.jit(batch_gradient, static_argnums=0)(tr, state.params["actor"], data, hyper)
+                grads.append(np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)]).astype(np.float64))
+            a, r = grads
+            gradients[f"{pair}/{norm}"] = {
+                "max_abs_diff_over_max": float(np.abs(a - r).max() / np.abs(r).max()),
+                "cosine": float(a @ r / np.linalg.norm(a) / np.linalg.norm(r)),
+                "norm_ratio_adv_over_ratio": float(np.linalg.norm(a) / np.linalg.norm(r)),
+            }
+    emit({"claim": 1, "part": "first_update_gradient", "n": n, "gradients": gradients}, out)
+
+    # (b) learning: every support of every pair, all seeds, one program, diagnostics on
+    config = dataclasses.replace(base, diagnostics=True)
+    sups = [s for pair in pairs.values() for s in pair]
+    hyper, run_seeds, labels = _runs(sups, seeds)
+    updates = _updates(config, steps)
+    result = train(config, hyper, run_seeds, num_updates=updates, labels=labels, progress=False)
+    curves = {}
+    last_epoch = config.num_epochs
+    for s_index, sup in enumerate(sups):
+        rows = slice(s_index * len(seeds), (s_index + 1) * len(seeds))
+        ret = result.metrics["return"][rows]
+        curves[sup.name] = report.window_means(ret, 0.05)
+        emit({"claim": 1, "part": "learning", "support": sup.name, "seeds": len(seeds), "env_steps": steps,
+              "final_return": iqm_ci(report.final_mean(ret)),
+              "auc_return": iqm_ci(np.nanmean(ret, axis=1)),
+              "pg_snr": iqm_ci(np.nanmean(result.metrics["pg_snr"][rows], axis=1)),
+              "rho_var_last_epoch": iqm_ci(np.nanmean(result.metrics[f"rho_var_e{last_epoch}"][rows], axis=1)),
+              "rho_clip_last_epoch": iqm_ci(np.nanmean(result.metrics[f"rho_clip_e{last_epoch}"][rows], axis=1)),
+              "seconds": round(result.seconds, 1)}, out)
+    return {"gradients": gradients, "curves": curves, "env_steps": result.env_steps, "pairs": pairs,
+            "metrics": result.metrics, "sups": sups, "seeds": len(seeds)}
+
+
+def _runs(sups, seeds):
+    hyper = Hyper.stack([Hyper.create(s) for s in sups for _ in seeds])
+    return hyper, np.array([s for _ in sups for s in seeds]), [f"{sup.name}/seed{s}" for sup in sups for s in seeds]
+
+
+def _updates(config: Config, steps: int) -> int:
+    updates = -(-steps // config.steps_per_update)
+    return -(-updates // config.updates_per_chunk) * config.updates_per_chunk
+
+
+# ------------------------------------------------------------------ claim 2
+
+
+def claim2(n: int, sizes: list[int], epochs: list[int], seeds: list[int], num_envs: int, num_steps: int,
+           out: str | None) -> dict:
+    """Two ways of moving away from θ_old, e epochs on the batch: ``own`` — each support's
+    own PPO epochs (what training does; the clip on ρ̄ limits how far it moves), and
+    ``common`` — the same parameters for every support, moved by ippo's epochs, so both
+    sides are measured at one policy displacement."""
+    # One epoch per update call: E epochs are E calls on the same batch (Adam continues).
+    config = Config(env="public_goods", env_kwargs={"num_agents": n, "radius": 1}, num_envs=num_envs,
+                    num_steps=num_steps, hidden=(32, 32), num_epochs=1, num_minibatches=4, adv_norm="none",
+                    updates_per_chunk=1)
+    tr = Trainer(config)
+    state0, traj = warm_states(tr, seeds, updates=5)
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds) + 1000)
+    epoch_key = lambda e: jax.vmap(jax.random.fold_in, (0, None))(keys, e)
+    data_fn = jax.jit(jax.vmap(tr.training_data))
+    update_fn = jax.jit(jax.vmap(lambda s, d, k, h: tr.update(s, d, k, h)[0]))
+    grads_fn = jax.jit(jax.vmap(lambda a, d, h: diagnostics.policy_gradient_stats(tr, a, d, h)))
+    weights_fn = jax.jit(jax.vmap(lambda a, d, h: diagnostics.importance_weight_stats(tr, a, d, h)))
+    stack = lambda sup: Hyper.stack([Hyper.create(sup)] * len(seeds))
+
+    def moved(state, data, hyper) -> dict[int, Any]:
+        """Actor parameters after each of ``epochs`` epochs of ``hyper``'s updates on ``data``."""
+        params = {}
+        for e in range(max(epochs) + 1):
+            params[e] = state.params["actor"]
+            new_params, opt_state, _ = update_fn(state, data, epoch_key(e), hyper)
+            state = state.replace(params=new_params, opt_state=opt_state)
+        return params
+
+    ippo = stack(support.ippo(n))
+    common = moved(state0, data_fn(state0, traj, ippo), ippo)
+    table = {}
+    for side, make in (("advantage", advantage_side), ("ratio", ratio_side)):
+        for m in sizes:
+            hyper = stack(make(n, m))
+            data = data_fn(state0, traj, hyper)
+            for protocol, params in (("own", moved(state0, data, hyper)), ("common", common)):
+                for e in epochs:
+                    if e == 0 and protocol == "common":
+                        continue  # θ_old: the same parameters as "own"
+                    g = grads_fn(params[e], data, hyper)
+                    w = weights_fn(params[e], data, hyper)
+                    variance = np.asarray(g["variance"]).mean(1)  # [seeds], mean over agents
+                    snr = np.asarray(g["snr"]).mean(1)
+                    table[side, m, protocol, e] = {"variance": variance, "snr": snr, "rho_var": np.asarray(w["variance"])}
+                    emit({"claim": 2, "side": side, "m": m, "protocol": protocol, "epochs": e, "seeds": len(seeds),
+                          "pg_variance": iqm_ci(variance), "pg_snr": iqm_ci(snr),
+                          "rho_var": iqm_ci(np.asarray(w["variance"])), "rho_max": float(np.max(w["max"])),
+                          "rho_clip": float(np.mean(w["clip_frac"]))}, out)
+    for side, m in [(side, m) for side in ("advantage", "ratio") for m in sizes]:
+        table[side, m, "common", 0] = table[side, m, "own", 0]
+    fits = {}
+    median = lambda side, protocol, e, key: np.array([float(np.median(table[side, m, protocol, e][key])) for m in sizes])
+    for side in ("advantage", "ratio"):
+        for protocol in ("own", "common"):
+            for e in epochs:
+                fits[f"{side}/{protocol}/epochs{e}/pg_variance"] = fit_growth(np.array(sizes), median(side, protocol, e, "variance"))
+                if side == "ratio" and e > 0:
+                    fits[f"ratio/{protocol}/epochs{e}/rho_var"] = fit_growth(np.array(sizes), median(side, protocol, e, "rho_var"))
+    same = max(float(np.max(np.abs(table["advantage", m, "own", 0]["variance"] - table["ratio", m, "own", 0]["variance"])
+                             / table["ratio", m, "own", 0]["variance"])) for m in sizes)
+    emit({"claim": 2, "part": "fits", "n": n, "sizes": sizes, "fits": fits,
+          "theta_old_max_rel_diff_between_sides": same}, out)
+    return {"table": table, "fits": fits, "sizes": sizes, "epochs": epochs}
+
+
+# ------------------------------------------------------------------ claim 3
+
+ENVS = {  # name -> (env, env kwargs, radius c, Config options)
+    "pg_c1": ("public_goods", {"num_agents": 32, "radius": 1}, 1, {}),
+    "pg_c2": ("public_goods", {"num_agents": 32, "radius": 2}, 2, {}),
+    # The variance side of the trade-off made larger: 4x fewer samples per update and
+    # 9x the productivity noise (u ~ U[0.1, 1.9]) — what the analysis says makes a
+    # larger-than-needed advantage support costly.
+    "pg_c1_noisy_small_batch": ("public_goods", {"num_agents": 32, "radius": 1, "noise": 0.9}, 1, {"num_envs": 4}),
+    "traffic_c1": ("traffic_grid", {"rows": 6, "cols": 6}, 1, {}),
+}
+
+
+def claim3(names: list[str], seeds: list[int], steps: int, out: str | None, quick: bool) -> dict:
+    results = {}
+    for name in names:
+        env_name, kwargs, c, options = ENVS[name]
+        if quick:  # the notebook's size: 8 agents, fewer κ
+            kwargs = {**kwargs, "num_agents": 8} if env_name == "public_goods" else {"rows": 2, "cols": 4}
+        env = envs.make(env_name, **kwargs)
+        n = env.num_agents
+        kappas = list(range(0, c + 2 if quick else c + 4))
+        sups = [support.khop(env.coupling, k) for k in kappas] + [support.mappo(n)]
+        labels = [str(k) for k in kappas] + ["full"]
+        config = Config(env=env_name, env_kwargs=kwargs, **{"num_envs": 16, "num_steps": 50, "hidden": (32, 32),
+                                                              "updates_per_chunk": 5 if quick else 10, **options})
+        hyper, run_seeds, run_labels = _runs(sups, seeds)
+        start = time.perf_counter()
+        result = train(config, hyper, run_seeds, num_updates=_updates(config, steps), labels=run_labels,
+                       progress=False)
+        ret = result.metrics["return"].reshape(len(sups), len(seeds), -1)
+        smooth = np.stack([report.window_means(r, 0.05) for r in ret])  # [K, S, U']
+        final = np.stack([report.final_mean(r) for r in ret])  # [K, S]
+        best = max(iqm_ci(f)["iqm"] for f in final)
+        target = 0.9 * best if best > 0 else best / 0.9  # negative returns (costs): within 1/0.9 of the best
+        steps_axis = result.env_steps[len(result.env_steps) - smooth.shape[2]:]
+        reached = smooth >= target
+        to_target = np.where(reached.any(2), steps_axis[np.argmax(reached, axis=2)], result.env_steps[-1]).astype(float)
+        rows = []
+        for k, label in enumerate(labels):
+            row = {"claim": 3, "env": name, "c": c, "n": n, "kappa": label, "seeds": len(seeds),
+                   "env_steps": int(result.env_steps[-1]), "final_return": iqm_ci(final[k]),
+                   "auc_return": iqm_ci(np.nanmean(ret[k], axis=1)), "steps_to_90pct": iqm_ci(to_target[k]),
+                   "reached_90pct": int(reached[k].any(1).sum()), "target": float(target)}
+            rows.append(row)
+            emit(row, out)
+        emit({"claim": 3, "env": name, "part": "timing", "runs": len(run_seeds),
+              "seconds": round(time.perf_counter() - start, 1)}, out)
+        results[name] = {"rows": rows, "labels": labels, "smooth": smooth, "steps": steps_axis, "c": c}
+    return results
+
+
+# ------------------------------------------------------------------ figures
+
+
+def plot_claim1(res: dict, path: str | None):
+    import matplotlib.pyplot as plt
+
+    pairs = res["pairs"]
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.4), squeeze=False)
+    steps = res["env_steps"][len(res["env_steps"]) - next(iter(res["curves"].values())).shape[1]:]
+    for ax, (pair, sups) in zip(axes[0], pairs.items()):
+        for sup, style in zip(sups, ("-", "--")):
+            curve = res["curves"][sup.name]
+            mean = np.nanmean(curve, 0)
+            low, high = report.bootstrap_band(curve)
+            ax.plot(steps, mean, style, label=sup.name)
+            ax.fill_between(steps, low, high, alpha=0.2)
+        ax.set_title(f"{pair}: same S̃ = S_R S_A")
+        ax.set_xlabel("env steps")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("return (mean, 95% CI)")
+    fig.tight_layout()
+    return report.save_figure(fig, path)
+
+
+def plot_claim2(res: dict, path: str | None):
+    import matplotlib.pyplot as plt
+
+    table, sizes, epochs = res["table"], res["sizes"], res["epochs"]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.8))
+    for row, protocol in zip(axes, ("own", "common")):
+        for e_index, e in enumerate(epochs):
+            for side, style in (("advantage", "-"), ("ratio", "--")):
+                med = lambda key: np.array([float(np.median(table[side, m, protocol, e][key])) for m in sizes])
+                color = f"C{e_index}"
+                row[0].plot(sizes, med("variance"), style, color=color, marker="o", label=f"{side}, {e} epochs")
+                row[1].plot(sizes, med("snr"), style, color=color, marker="o")
+                if side == "ratio" and e > 0:
+                    row[2].plot(sizes, med("rho_var"), style, color=color, marker="o", label=f"{e} epochs")
+        moved = "each support's own epochs" if protocol == "own" else "ippo's epochs (one θ for all)"
+        for ax, title in zip(row, ("policy-gradient variance", "gradient SNR", "Var ρ̄, ratio side")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("support size m")
+            ax.set_title(f"{title}\nθ moved by {moved}", fontsize=9)
+        row[0].legend(fontsize=7)
+        row[2].legend(fontsize=7)
+    fig.tight_layout()
+    return report.save_figure(fig, path)
+
+
+def plot_claim3(res: dict, path: str | None):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(res), 3, figsize=(13, 3.3 * len(res)), squeeze=False)
+    for row, (name, r) in zip(axes, res.items()):
+        for k, label in enumerate(r["labels"]):
+            mean = np.nanmean(r["smooth"][k], 0)
+            row[0].plot(r["steps"], mean, label=f"κ={label}")
+        row[0].set_title(f"{name} (c = {r['c']})")
+        row[0].set_xlabel("env steps")
+        row[0].legend(fontsize=7, ncol=2)
+        x = np.arange(len(r["labels"]))
+        for ax, key, title in ((row[1], "auc_return", "mean return over training (AUC)"),
+                               (row[2], "final_return", "final return")):
+            iqm = np.array([rw[key]["iqm"] for rw in r["rows"]])
+            ci = np.array([rw[key]["ci"] for rw in r["rows"]])
+            ax.errorbar(x, iqm, yerr=[iqm - ci[:, 0], ci[:, 1] - iqm], fmt="o", capsize=3)
+            ax.axvline(r["c"], color="grey", ls=":")
+            ax.set_xticks(x, r["labels"])
+            ax.set_xlabel("κ (dotted: coupling radius c)")
+            ax.set_title(f"{title}, IQM, 95% CI")
+    fig.tight_layout()
+    return report.save_figure(fig, path)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--claims", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3])
+    parser.add_argument("--quick", action="store_true", help="small sizes (the notebook's)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per setting (default 8; quick 2)")
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS), help="claim 3's environments")
+    parser.add_argument("--steps", type=int, default=None, help="env steps per run, claims 1 and 3")
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "paper_claims"))
+    args = parser.parse_args(argv)
+    if args.seeds is not None and args.seeds < 1:
+        parser.error(f"--seeds must be a positive integer, got {args.seeds}")
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps must be a positive integer, got {args.steps}")
+    os.makedirs(args.out, exist_ok=True)
+    seeds = list(range(args.seeds or (2 if args.quick else 8)))
+    q = args.quick
+    if 1 in args.claims:
+        res = claim1(8 if q else 16, seeds, args.steps or (8_000 if q else 120_000), 8 if q else 16, args.out, q)
+        plot_claim1(res, os.path.join(args.out, "claim1.png"))
+    if 2 in args.claims:
+        sizes = [1, 2, 4, 8] if q else [1, 2, 4, 8, 16, 32]
+        res = claim2(8 if q else 32, sizes, [0, 1, 2, 4] if q else [0, 1, 2, 4, 8], seeds, 8 if q else 16, 16 if q else 32, args.out)
+        plot_claim2(res, os.path.join(args.out, "claim2.png"))
+    if 3 in args.claims:
+        res = claim3(args.envs[:1] if q else args.envs, seeds, args.steps or (8_000 if q else 160_000), args.out, q)
+        plot_claim3(res, os.path.join(args.out, "claim3.png"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
