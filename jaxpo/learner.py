@@ -55,6 +55,9 @@ class Trainer:
       ``step(state, hyper) -> (state, metrics)`` — one train step: rollout → GAE →
         aggregation → epochs × minibatches.
       ``chunk(state, hyper) -> (state, metrics [K])`` — ``lax.scan`` of K steps.
+    A step's parts, for diagnostics and experiments on one batch: ``collect`` (its
+    rollout and training data), ``update`` (its epochs on given data), and the replay
+    ``policy`` / ``log_probs`` of stored samples.
     Batched, jitted versions over a leading run axis R: ``init_runs``, ``chunk_runs``,
     on a mesh over ``devices`` (default: all of every process) per ``config.parallel``:
 
