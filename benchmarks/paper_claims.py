@@ -300,9 +300,10 @@ ENVS = {  # name -> (env, env kwargs, radius c, Config options)
     # larger-than-needed advantage support costly.
     "pg_c1_noisy_small_batch": ("public_goods", {"num_agents": 32, "radius": 1, "noise": 0.9}, 1, {"num_envs": 4}),
     "traffic_c1": ("traffic_grid", {"rows": 6, "cols": 6}, 1, {}),
-    # c = 2 where a (c − 1)-hop credit gets the decision wrong: a full contribution's value
-    # to the 3 agents within 1 hop is 3/5 of its team value 1, below the cost 0.7 (at the
-    # default cost 0.5 it is above, and κ = 1 already learns the team optimum).
+    # c = 2 where, on the dynamics alone, a (c − 1)-hop credit should get the decision
+    # wrong: a full contribution's value to the 3 agents within 1 hop is 3/5 of its team
+    # value 1, below the cost 0.7 (at the default cost 0.5 it is above). Measured: κ = 1
+    # learns the team optimum anyway (README, claim 3).
     "pg_c2_cost07": ("public_goods", {"num_agents": 32, "radius": 2, "cost": 0.7}, 2, {}),
 }
 
