@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpo import Config, Hyper, diagnostics, envs, losses, report, support, train
+from jaxpo import Config, Experiment, Hyper, diagnostics, envs, losses, report, runs, support, train
 from jaxpo.learner import Trainer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -187,8 +187,8 @@ def claim1(n: int, seeds: list[int], steps: int, num_envs: int, out: str | None,
     # (b) learning: every support of every pair, all seeds, one program, diagnostics on
     config = dataclasses.replace(base, diagnostics=True)
     sups = [s for pair in pairs.values() for s in pair]
-    hyper, run_seeds, labels = _runs(sups, seeds)
-    updates = _updates(config, steps)
+    hyper, run_seeds, labels = runs(sups, seeds)
+    config, updates = Experiment(config=config).replace(run={"steps": steps}).schedule()
     result = train(config, hyper, run_seeds, num_updates=updates, labels=labels, progress=False)
     curves = {}
     last_epoch = config.num_epochs
@@ -205,16 +205,6 @@ def claim1(n: int, seeds: list[int], steps: int, num_envs: int, out: str | None,
               "seconds": round(result.seconds, 1)}, out)
     return {"gradients": gradients, "curves": curves, "env_steps": result.env_steps, "pairs": pairs,
             "metrics": result.metrics, "sups": sups, "seeds": len(seeds)}
-
-
-def _runs(sups, seeds):
-    hyper = Hyper.stack([Hyper.create(s) for s in sups for _ in seeds])
-    return hyper, np.array([s for _ in sups for s in seeds]), [f"{sup.name}/seed{s}" for sup in sups for s in seeds]
-
-
-def _updates(config: Config, steps: int) -> int:
-    updates = -(-steps // config.steps_per_update)
-    return -(-updates // config.updates_per_chunk) * config.updates_per_chunk
 
 
 # ------------------------------------------------------------------ claim 2
@@ -321,10 +311,10 @@ def claim3(names: list[str], seeds: list[int], steps: int, out: str | None, quic
         labels = [str(k) for k in kappas] + ["full"]
         config = Config(env=env_name, env_kwargs=kwargs, **{"num_envs": 16, "num_steps": 50, "hidden": (32, 32),
                                                               "updates_per_chunk": 5 if quick else 10, **options})
-        hyper, run_seeds, run_labels = _runs(sups, seeds)
+        hyper, run_seeds, run_labels = runs(sups, seeds)
+        config, updates = Experiment(config=config).replace(run={"steps": steps}).schedule()
         start = time.perf_counter()
-        result = train(config, hyper, run_seeds, num_updates=_updates(config, steps), labels=run_labels,
-                       progress=False)
+        result = train(config, hyper, run_seeds, num_updates=updates, labels=run_labels, progress=False)
         ret = result.metrics["return"].reshape(len(sups), len(seeds), -1)
         smooth = np.stack([report.window_means(r, 0.05) for r in ret])  # [K, S, U']
         final = np.stack([report.final_mean(r) for r in ret])  # [K, S]

@@ -155,7 +155,7 @@ def importance_weight_stats(tr: Trainer, actor_params: Any, data: Any, hyper: Hy
     samples = data[0]
     log_ratio = tr.log_probs(actor_params, samples) - tr.flat_time_major(samples.log_prob)
     rho_bar = jnp.exp(losses.aggregate_log_ratio(log_ratio, hyper.S_R))
-    clip_frac = jnp.mean((jnp.abs(rho_bar - 1.0) > hyper.clip_eps).astype(jnp.float32))
+    clip_frac = losses.clip_fraction(rho_bar, hyper.clip_eps)
     moments = losses.pmean_metrics({**losses.weight_moments(rho_bar), "clip_frac": clip_frac}, tr.axis)
     return weight_stats(moments, moments["clip_frac"])
 

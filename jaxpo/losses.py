@@ -144,6 +144,11 @@ def weight_moments(rho_bar: chex.Array) -> dict[str, chex.Array]:
     return {"rho_dev": jnp.mean(dev), "rho_dev_sq": jnp.mean(jnp.square(dev)), "rho_max": jnp.max(rho_bar)}
 
 
+def clip_fraction(rho_bar: chex.Array, clip_eps: chex.Numeric) -> chex.Array:
+    """Fraction of the importance weights ``ρ̄`` (any shape) with ``|ρ̄ − 1| > ε``."""
+    return jnp.mean((jnp.abs(rho_bar - 1.0) > clip_eps).astype(rho_bar.dtype))
+
+
 def mean_std(x: chex.Array, axes: tuple[int, ...] | None, axis_name: str | None = None) -> tuple[chex.Array, chex.Array]:
     """Mean and standard deviation of ``x`` over ``axes`` (None: all), kept as size-1
     axes; with ``axis_name``, over the equal shares of ``x`` on every device of that axis."""
@@ -198,7 +203,7 @@ def policy_loss(
     rho_bar = jax.lax.stop_gradient(rho_bar)
     log_ratio = jax.lax.stop_gradient(log_ratio)
     metrics = {
-        "clip_frac": jnp.mean((jnp.abs(rho_bar - 1.0) > clip_eps).astype(loss.dtype)),
+        "clip_frac": clip_fraction(rho_bar, clip_eps),
         "approx_kl": jnp.mean(jnp.expm1(log_ratio) - log_ratio),
         **(weight_moments(rho_bar) if weight_stats else {}),
     }
