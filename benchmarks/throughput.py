@@ -5,6 +5,13 @@ Run (defaults: MPE simple_spread, T = 64, E in 16 64 256 1024, 1 run):
     python benchmarks/throughput.py                              # ~3-5 min on 2 CPU cores
     python benchmarks/throughput.py --num-envs 16 64 --chunks 2  # quick
     python benchmarks/throughput.py --env traffic_grid --env-arg rows=4 --env-arg cols=4 --seeds 4
+    python benchmarks/throughput.py --matched                    # the settings JaxMARL's IPPO uses
+    python benchmarks/throughput.py --matched --num-envs 16 1024 --seeds 1 16
+
+``--matched`` fixes JaxMARL's IPPO baseline settings (``baselines/IPPO/ippo_ff_mpe.py``):
+MPE simple_spread, T = 128, 4 epochs × 4 minibatches, 64-64 tanh MLPs, ippo, and
+measures every E in ``--num-envs`` (default 16 1024 4096) with every R in ``--seeds``
+(default 1 16), train kind only, with ``--phases``.
 
 Every ``num_envs`` is measured in a fresh subprocess (the script re-runs itself with
 ``--single``), so peak memory is that configuration's own: first the env-only rollout
@@ -39,6 +46,26 @@ Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     updates_per_s, num_epochs, num_minibatches, hidden, recurrent, seq_len (L, 1 when
     feed-forward), scheme, preset, init_compile_s.
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
+
+With ``--phases`` (on in ``--matched``) train lines also hold, per phase of an update —
+``rollout`` (T policy + env steps), ``advantages`` (GAE, S_A aggregation, normalisation,
+cut into samples) and ``update`` (epochs × minibatches of gradient steps):
+    phase_ms            wall milliseconds of the phase on its own (jitted alone,
+                        vmapped over the R runs; the chunk fuses them, so the sum
+                        differs a little from 1000 / updates_per_s).
+    flops_per_env_step, bytes_per_env_step
+                        XLA's cost analysis (``compiled.cost_analysis()``: "flops",
+                        "bytes accessed") per environment step, with ``total``. XLA
+                        counts a loop body once whatever its trip count, so each phase
+                        is compiled at one unit of its loops — one rollout step, a
+                        one-step rollout's advantages, one minibatch's gradient step —
+                        and scaled by its count per update (T, T, epochs × minibatches).
+                        The one-minibatch program shuffles B/M samples, not B: its sort
+                        is a sliver of the phase.
+    min_flops_per_env_step
+                        the analytical minimum for this network: every agent's actor and
+                        critic forward pass in the rollout (2 · Σ in·out per dense layer)
+                        and forward + backward (3×) in each epoch.
 """
 
 from __future__ import annotations
@@ -53,6 +80,12 @@ import time
 from jaxpo.cli import parse_env_arg
 
 DEFAULT_NUM_ENVS = (16, 64, 256, 1024)
+MATCHED_NUM_ENVS = (16, 1024, 4096)
+MATCHED_RUNS = (1, 16)
+# JaxMARL IPPO's settings (baselines/IPPO/config/ippo_ff_mpe.yaml); E and R vary.
+MATCHED = dict(env="MPE_simple_spread_v3", env_arg=[], num_steps=128, num_epochs=4, num_minibatches=4,
+               hidden=[64, 64], critic_input="local", recurrent=False, seq_len=None, scheme="simultaneous", preset="ippo",
+               kinds=["train"], phases=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,9 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="MPE_simple_spread_v3", help="environment name (jaxpo.envs.make)")
     p.add_argument("--env-arg", action="append", type=parse_env_arg, default=[], metavar="KEY=VALUE",
                    help="environment keyword argument (repeatable; VALUE parsed as a Python literal)")
-    p.add_argument("--num-envs", type=int, nargs="+", default=list(DEFAULT_NUM_ENVS), help="E values to measure")
+    p.add_argument("--num-envs", type=int, nargs="+", default=None,
+                   help=f"E values to measure (default {' '.join(map(str, DEFAULT_NUM_ENVS))}; --matched: "
+                        f"{' '.join(map(str, MATCHED_NUM_ENVS))})")
     p.add_argument("--num-steps", type=int, default=64, help="T, rollout length per update")
-    p.add_argument("--seeds", type=int, default=1, help="R, runs vmapped in one program")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help=f"R values: runs vmapped in one program (default 1; --matched: {' '.join(map(str, MATCHED_RUNS))})")
     p.add_argument("--updates-per-chunk", type=int, default=2, help="K, train updates per compiled call")
     p.add_argument("--chunks", type=int, default=2, help="at least this many timed train calls")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls after compile")
@@ -73,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-minibatches", type=int, default=4)
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
     p.add_argument("--recurrent", action="store_true", help="GRU actor and critic")
+    p.add_argument("--critic-input", default="local", choices=("local", "global", "agent"),
+                   help="what the critic reads (global: MAPPO's centralised critic)")
     p.add_argument("--seq-len", type=int, default=None, help="with --recurrent: training sequence length")
     p.add_argument("--scheme", default="simultaneous", choices=("simultaneous", "sequential"),
                    help="sequential: exact HAPPO (per-agent parameters)")
@@ -81,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-seconds", type=float, default=1.0,
                    help="keep calling the timed function until at least this long has passed")
     p.add_argument("--kinds", nargs="+", choices=("train", "env"), default=["train", "env"])
+    p.add_argument("--phases", action="store_true",
+                   help="also time each phase of an update and count its flops and bytes (see the docstring)")
+    p.add_argument("--matched", action="store_true",
+                   help="JaxMARL IPPO's settings (T 128, 4 x 4, 64-64 tanh, MPE simple_spread), E 16 1024 4096 "
+                        "x R 1 16 unless --num-envs/--seeds are given, train kind, with --phases")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per num_envs subprocess")
     p.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -144,6 +187,7 @@ def _measure_train(args) -> dict:
         num_epochs=args.num_epochs,
         num_minibatches=args.num_minibatches,
         hidden=tuple(args.hidden),
+        critic_input=args.critic_input,
         recurrent=args.recurrent,
         seq_len=args.seq_len,
         scheme=args.scheme,
@@ -180,6 +224,7 @@ def _measure_train(args) -> dict:
 
     updates = calls * args.updates_per_chunk
     env_steps = updates * config.steps_per_update * args.seeds
+    phases = _phases(args, tr, state, hyper) if args.phases else {}
     return dict(
         kind="train",
         **_common(args, tr.env),
@@ -193,6 +238,7 @@ def _measure_train(args) -> dict:
         seq_len=config.sequence_length,
         scheme=args.scheme,
         preset=args.preset,
+        critic_input=args.critic_input,
         init_compile_s=round(init_compile_s, 3),
         compile_s=round(compile_s, 3),
         timed_s=round(timed_s, 4),
@@ -202,6 +248,91 @@ def _measure_train(args) -> dict:
         baseline_rss_mib=round(baseline, 1),
         peak_rss_mib=round(rss_mib(), 1),
         device_peak_mib=_round(device_peak_mib()),
+        **phases,
+    )
+
+
+def _cost(fn, *args) -> tuple[float, float]:
+    """``(flops, bytes accessed)`` of ``jit(fn)`` compiled for ``args`` (arrays or shapes)."""
+    import jax
+
+    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # a list in older jax
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+
+
+def _time_ms(fn, *args, min_seconds: float = 0.5) -> float:
+    """Mean wall milliseconds of a call of ``jit(fn)(*args)`` after one untimed call."""
+    import jax
+
+    compiled = jax.jit(fn).lower(*args).compile()
+    jax.block_until_ready(compiled(*args))
+    calls, t0 = 0, time.perf_counter()
+    while calls < 3 or time.perf_counter() - t0 < min_seconds:
+        out = compiled(*args)
+        calls += 1
+        jax.block_until_ready(out)
+    return (time.perf_counter() - t0) / calls * 1e3
+
+
+def min_flops_per_env_step(tr, num_epochs: int) -> float:
+    """Every agent's actor and critic forward pass in the rollout and forward + backward
+    (3×) per epoch: ``N · (1 + 3 · epochs) · 2 Σ in·out`` over both networks' dense layers
+    (the shared networks' agent-id input costs O(1) per agent: a bias row, not counted)."""
+    macs = 0
+    for net in (tr.net.actor, tr.net.critic):
+        if net.recurrent:
+            raise ValueError("the analytical minimum is for feed-forward networks")
+        widths = [net.in_dim, *net.module.hidden, net.module.out_dim]
+        macs += sum(a * b for a, b in zip(widths[:-1], widths[1:]))
+    return tr.num_agents * (1 + 3 * num_epochs) * 2.0 * macs
+
+
+def _phases(args, tr, state, hyper) -> dict:
+    """Per-phase wall time and XLA cost per env step (see the module docstring)."""
+    import dataclasses
+
+    import jax
+
+    import jaxpo
+    from jaxpo.rollout import rollout
+
+    cfg, runs = tr.config, args.seeds
+    num_envs, num_steps = cfg.num_envs, cfg.num_steps
+    per_run = lambda fn: jax.vmap(fn)
+
+    def roll(steps):
+        return per_run(lambda s: rollout(tr.env, tr.net, s.params, s.rollout, s.key, steps, cfg.critic_input)[1])
+
+    data_of = per_run(tr.training_data)
+    update_of = per_run(lambda s, d, h: tr.update(s, d, s.key, h))
+    traj = jax.jit(roll(num_steps))(state)
+    data = jax.jit(data_of)(state, traj, hyper)
+    phase_ms = {
+        "rollout": _time_ms(roll(num_steps), state),
+        "advantages": _time_ms(data_of, state, traj, hyper),
+        "update": _time_ms(update_of, state, data, hyper),
+    }
+    # One unit of each phase's loops: a rollout step, its advantages, one minibatch step.
+    one_step = jax.eval_shape(roll(1), state)
+    minibatch = dataclasses.replace(cfg, num_epochs=1, num_minibatches=1)
+    one_update = jaxpo.Trainer(minibatch, tuple(tr.mesh.devices.flat))
+    minibatch_data = jax.eval_shape(lambda d: jax.tree.map(lambda x: x[:, : x.shape[1] // cfg.num_minibatches], d), data)
+    units = {
+        "rollout": (_cost(roll(1), state), num_steps),
+        "advantages": (_cost(data_of, state, one_step, hyper), num_steps),
+        "update": (_cost(per_run(lambda s, d, h: one_update.update(s, d, s.key, h)), state, minibatch_data, hyper),
+                   cfg.num_epochs * cfg.num_minibatches),
+    }
+    env_steps = num_steps * num_envs * runs  # per update
+    flops = {k: cost[0] * count / env_steps for k, (cost, count) in units.items()}
+    nbytes = {k: cost[1] * count / env_steps for k, (cost, count) in units.items()}
+    total = lambda d: {**{k: round(v, 1) for k, v in d.items()}, "total": round(sum(d.values()), 1)}
+    return dict(
+        phase_ms={k: round(v, 2) for k, v in phase_ms.items()},
+        flops_per_env_step=total(flops),
+        bytes_per_env_step=total(nbytes),
+        min_flops_per_env_step=min_flops_per_env_step(tr, cfg.num_epochs) if not cfg.recurrent else None,
     )
 
 
@@ -293,14 +424,16 @@ def single(args) -> None:
 # ---------------------------------------------------------------- driving (parent)
 
 
-def _child_argv(args, num_envs: int) -> list[str]:
+def _child_argv(args, num_envs: int, runs: int) -> list[str]:
     argv = [sys.executable, os.path.abspath(__file__), "--single", "--kinds", *args.kinds,
             "--env", args.env, "--num-envs", str(num_envs), "--num-steps", str(args.num_steps),
-            "--seeds", str(args.seeds), "--updates-per-chunk", str(args.updates_per_chunk),
+            "--seeds", str(runs), "--updates-per-chunk", str(args.updates_per_chunk),
             "--chunks", str(args.chunks), "--warmup", str(args.warmup),
             "--num-epochs", str(args.num_epochs), "--num-minibatches", str(args.num_minibatches),
-            "--hidden", *map(str, args.hidden), "--preset", args.preset,
+            "--hidden", *map(str, args.hidden), "--preset", args.preset, "--critic-input", args.critic_input,
             "--min-seconds", str(args.min_seconds), "--scheme", args.scheme]
+    if args.phases:
+        argv.append("--phases")
     if args.recurrent:
         argv += ["--recurrent"] + ([] if args.seq_len is None else ["--seq-len", str(args.seq_len)])
     for key, value in args.env_arg:
@@ -310,37 +443,54 @@ def _child_argv(args, num_envs: int) -> list[str]:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.matched:
+        for name, value in MATCHED.items():
+            setattr(args, name, value)
+    args.num_envs = args.num_envs or list(MATCHED_NUM_ENVS if args.matched else DEFAULT_NUM_ENVS)
+    args.seeds = args.seeds or list(MATCHED_RUNS if args.matched else (1,))
+    if min(args.num_envs) < 1 or min(args.seeds) < 1:
+        raise SystemExit("--num-envs and --seeds must be positive integers")
     if args.single:
-        if len(args.num_envs) != 1:
-            raise SystemExit("--single needs exactly one --num-envs")
+        if len(args.num_envs) != 1 or len(args.seeds) != 1:
+            raise SystemExit("--single needs exactly one --num-envs and one --seeds")
+        args.seeds = args.seeds[0]
         single(args)
         return 0
     failures = 0
-    for num_envs in args.num_envs:
-        start = time.perf_counter()
-        print(f"[throughput] num_envs={num_envs}: {' + '.join(args.kinds)} ...", file=sys.stderr, flush=True)
-        records, error = {}, None
-        try:
-            proc = subprocess.run(_child_argv(args, num_envs), capture_output=True, text=True, timeout=args.timeout)
-            for line in proc.stdout.splitlines():
-                if line.startswith("{"):
-                    record = json.loads(line)
-                    records[record["kind"]] = record
-            if proc.returncode != 0:
-                tail = (proc.stderr or "").strip().splitlines()[-5:]
-                error = f"exit {proc.returncode}: " + " | ".join(tail)
-        except subprocess.TimeoutExpired:
-            error = f"timed out after {args.timeout:g} s"
-        wall_s = round(time.perf_counter() - start, 2)
-        for kind in args.kinds:
-            if kind in records:
-                record = {**records[kind], "process_wall_s": wall_s}
-            else:
-                failures += 1
-                record = dict(kind=kind, env=args.env, env_kwargs=dict(args.env_arg), num_envs=num_envs,
-                              num_steps=args.num_steps, runs=args.seeds, error=error or "no result")
-            print(json.dumps(record), flush=True)
+    for runs in args.seeds:
+        for num_envs in args.num_envs:
+            failures += _measure_in_subprocess(args, num_envs, runs)
     return 1 if failures else 0
+
+
+def _measure_in_subprocess(args, num_envs: int, runs: int) -> int:
+    """Prints the child's JSON lines for (E, R) (an ``error`` line for each kind that
+    gave none); returns the number of failed kinds."""
+    start = time.perf_counter()
+    print(f"[throughput] num_envs={num_envs} runs={runs}: {' + '.join(args.kinds)} ...", file=sys.stderr, flush=True)
+    records, error = {}, None
+    try:
+        proc = subprocess.run(_child_argv(args, num_envs, runs), capture_output=True, text=True, timeout=args.timeout)
+        for line in proc.stdout.splitlines():
+            if line.startswith("{"):
+                record = json.loads(line)
+                records[record["kind"]] = record
+        if proc.returncode != 0:
+            tail = (proc.stderr or "").strip().splitlines()[-5:]
+            error = f"exit {proc.returncode}: " + " | ".join(tail)
+    except subprocess.TimeoutExpired:
+        error = f"timed out after {args.timeout:g} s"
+    wall_s = round(time.perf_counter() - start, 2)
+    failures = 0
+    for kind in args.kinds:
+        if kind in records:
+            record = {**records[kind], "process_wall_s": wall_s}
+        else:
+            failures += 1
+            record = dict(kind=kind, env=args.env, env_kwargs=dict(args.env_arg), num_envs=num_envs,
+                          num_steps=args.num_steps, runs=runs, error=error or "no result")
+        print(json.dumps(record), flush=True)
+    return failures
 
 
 if __name__ == "__main__":

@@ -127,9 +127,31 @@ def build_parser() -> argparse.ArgumentParser:
             if section != "sweep" or command == "sweep":
                 _add_section(cmd, section)
         _add_processes(cmd)
+        _add_compile_cache(cmd)
     sub.add_parser("envs", help="list environment names")
     _add_policy_commands(sub)
     return parser
+
+
+def _add_compile_cache(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group(
+        "compile cache", "Compiled programs are kept on disk, so running the same config again skips most of "
+        "the compile (JAX's persistent compilation cache).")
+    group.add_argument("--compile-cache", metavar="DIR", default=None,
+                       help="the cache directory (default: $JAX_COMPILATION_CACHE_DIR, else "
+                            "$XDG_CACHE_HOME/jaxpo/xla, i.e. ~/.cache/jaxpo/xla)")
+    group.add_argument("--no-compile-cache", dest="compile_cache", action="store_const", const=False,
+                       help="compile everything afresh and store nothing")
+
+
+def use_compile_cache(args: argparse.Namespace) -> None:
+    """The persistent compile cache as the flags ask (on by default), before anything compiles."""
+    from jaxpo.compile_cache import disable_compile_cache, enable_compile_cache
+
+    if args.compile_cache is False:
+        disable_compile_cache()
+    else:
+        enable_compile_cache(args.compile_cache)
 
 
 def _add_policy_commands(sub) -> None:
@@ -150,6 +172,7 @@ def _add_policy_commands(sub) -> None:
         mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
                           help="take each agent's most likely action (default)")
         mode.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
+        _add_compile_cache(cmd)
     ev.add_argument("--episodes", type=int, default=100, help="episodes per run (default: 100)")
     rd.add_argument("--out", default="episode.gif", metavar="FILE.gif|FILE.mp4",
                     help="where to write the animation (default: episode.gif)")
@@ -374,6 +397,11 @@ def cmd_envs(_: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"train": cmd_run, "sweep": cmd_run, "envs": cmd_envs, "eval": cmd_eval, "render": cmd_render}
+    if hasattr(args, "compile_cache"):
+        try:
+            use_compile_cache(args)
+        except ValueError as err:
+            return _error(args.command, err)
     return commands[args.command](args)
 
 

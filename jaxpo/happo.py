@@ -38,7 +38,7 @@ import optax
 
 from jaxpo.losses import mean_std, pmean
 from jaxpo.parallel import varying
-from jaxpo.rollout import shuffled_minibatches
+from jaxpo.rollout import minibatch_rows, take_rows
 
 ActorApply = Callable[[Any, jax.Array, jax.Array], Any]  # -> a distribution (categorical or Gaussian)
 
@@ -199,7 +199,8 @@ def sequential_actor_trace(
         agent_data = (*take(data, m), factor)
 
         def epoch(carry, epoch_key):
-            return jax.lax.scan(minibatch_step, carry, shuffled_minibatches(epoch_key, agent_data, num_minibatches))
+            rows = minibatch_rows(epoch_key, jax.tree.leaves(agent_data)[0].shape[0], num_minibatches)
+            return jax.lax.scan(lambda c, r: minibatch_step(c, take_rows(agent_data, r)), carry, rows)
 
         epoch_keys = jax.random.split(agent_keys[m], num_epochs)
         (params_m, opt_m), metrics = jax.lax.scan(epoch, (params_m, opt_m), epoch_keys)

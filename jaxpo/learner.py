@@ -26,7 +26,7 @@ from jaxpo.config import Config, Hyper
 from jaxpo.gae import gae
 from jaxpo.networks import ActorCritic
 from jaxpo.parallel import ENV_AXIS, make_mesh
-from jaxpo.rollout import RolloutState, critic_input_dim, reset, rollout, shuffled_minibatches, to_sequences
+from jaxpo.rollout import RolloutState, critic_input_dim, minibatch_rows, reset, rollout, take_rows, to_sequences
 from jaxpo.support import ippo
 
 
@@ -40,6 +40,10 @@ class TrainState:
     value_norm: valuenorm.ValueNormState | None  # [N] statistics; None without value_norm
     key: jax.Array
     update: jax.Array  # int32 [] — train steps done
+
+
+# XLA options of the init program (see Trainer.__init__).
+INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
 def _optimizer(hyper: Hyper) -> optax.GradientTransformation:
@@ -92,8 +96,11 @@ class Trainer:
         # Counts of programs built (a trace happens exactly once per compiled signature).
         self.compiles = {"init": 0, "chunk": 0}
         self.state_sharding, self.run_sharding, self._chunk_program = self._layout()
+        # init runs once per run: compiled without backend optimisation (about 2 s less
+        # to compile on CPU; its values agree with an optimised build to float32 rounding).
         self.init_runs = jax.jit(self._counted("init", jax.vmap(self.init)),
-                                 in_shardings=self.run_sharding, out_shardings=self.state_sharding)
+                                 in_shardings=self.run_sharding, out_shardings=self.state_sharding,
+                                 compiler_options=INIT_COMPILER_OPTIONS)
         self.chunk_runs = jax.jit(self._counted("chunk", self._chunk_program), donate_argnums=0,
                                   in_shardings=(self.state_sharding, self.run_sharding),
                                   out_shardings=(self.state_sharding, self.run_sharding))
@@ -142,8 +149,8 @@ class Trainer:
 
     def bytes_per_run(self) -> int:
         """An estimate of one run's peak memory in the chunk program: the train state
-        (in, out, and Adam's moments in the gradient step) and the rollout with its
-        shuffled minibatch copies and activations. Calibrated against measured peaks by
+        (in, out, and Adam's moments in the gradient step) and the rollout with the
+        training data, minibatches and activations made from it. Calibrated against measured peaks by
         ``benchmarks/sweep_scaling.py``."""
         state, _ = self._abstract_run
         cfg = self.config
@@ -202,7 +209,7 @@ class Trainer:
         actor and critic replayed as in ``policy``."""
         h0, first, tm = self._unroll_inputs(batch)
         dist = self.policy(params["actor"], batch)
-        values = self.net.unroll_value(params["critic"], h0["critic"], tm(batch.critic_obs), first)
+        values = self.net.unroll_value(params["critic"], h0["critic"], tm(batch.critic_input), first)
         flat = self._flat  # [L, b, N] -> [L * b, N]
         return losses.ppo_loss(
             log_prob=flat(dist.log_prob(tm(batch.action))),
@@ -223,7 +230,7 @@ class Trainer:
     def _critic_loss(self, critic_params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
         """The critic's share of the loss alone (the sequential scheme trains actors apart)."""
         h0, first, tm = self._unroll_inputs(batch)
-        values = self.net.unroll_value(critic_params, h0["critic"], tm(batch.critic_obs), first)
+        values = self.net.unroll_value(critic_params, h0["critic"], tm(batch.critic_input), first)
         flat_tm = lambda x: self._flat(tm(x))
         v_loss = losses.value_loss(self._flat(values), flat_tm(batch.value), flat_tm(targets), hyper.clip_eps,
                                    self._huber_delta(hyper))
@@ -276,8 +283,11 @@ class Trainer:
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state, norm), metrics
 
+        batch_size = jax.tree.leaves(data)[0].shape[0]
+
         def epoch(carry, key):
-            return jax.lax.scan(minibatch_update, carry, shuffled_minibatches(key, data, cfg.num_minibatches))
+            rows = minibatch_rows(key, batch_size, cfg.num_minibatches)
+            return jax.lax.scan(lambda c, r: minibatch_update(c, take_rows(data, r)), carry, rows)
 
         return jax.lax.scan(epoch, (params, opt_state, value_norm), jax.random.split(key, cfg.num_epochs))
 

@@ -76,7 +76,9 @@ class Transition:
     """One step of E environments; a rollout stacks these to ``[T, E, ...]``.
 
     Attributes:
-        obs: [E, N, O]; action_mask: bool [E, N, A]; critic_obs: [E, N, C].
+        obs: [E, N, O]; action_mask: bool [E, N, A]; critic_obs: [E, N, C], or
+            None when the critic reads the actor's observation (``"local"``: not
+            stored twice); ``critic_input`` is the critic's input either way.
         carry: hidden states ``{"actor", "critic"}: [E, N, H]`` entering the step,
             before the reset that ``first`` applies; first: bool [E].
         action: int32 [E, N] (discrete) or float32 [E, N, A] (continuous);
@@ -106,16 +108,24 @@ class Transition:
     episode_length: jax.Array
     episode_won: jax.Array | None = None
 
+    @property
+    def critic_input(self) -> jax.Array:
+        """``[..., N, C]``: what the critic reads (``obs`` for a local critic)."""
+        return self.obs if self.critic_obs is None else self.critic_obs
 
-def shuffled_minibatches(key: jax.Array, data: Any, num_minibatches: int) -> Any:
-    """Leaves ``[B, ...]`` shuffled along B and cut into ``[num_minibatches, B / M, ...]``.
 
-    Everything at one index of B (e.g. all N agents of a transition) stays together.
-    """
-    batch_size = jax.tree.leaves(data)[0].shape[0]
-    perm = jax.random.permutation(key, batch_size)
-    size = batch_size // num_minibatches  # explicit: -1 is ambiguous for zero-width (feed-forward) carries
-    return jax.tree.map(lambda x: x[perm].reshape(num_minibatches, size, *x.shape[1:]), data)
+def minibatch_rows(key: jax.Array, batch_size: int, num_minibatches: int) -> jax.Array:
+    """int32 ``[M, B / M]``: a random permutation of the B sample indices cut into M
+    minibatches. An epoch scans over these rows and gathers each minibatch from the
+    batch itself (``take_rows``): no shuffled copy of the whole batch is made."""
+    size = batch_size // num_minibatches
+    return jax.random.permutation(key, batch_size).reshape(num_minibatches, size)
+
+
+def take_rows(data: Any, rows: jax.Array) -> Any:
+    """Leaves ``[B, ...]`` at ``rows [b]``: ``[b, ...]``. Everything at one index of B
+    (e.g. all N agents of a transition) stays together."""
+    return jax.tree.map(lambda x: x[rows], data)
 
 
 def to_sequences(x: jax.Array, seq_len: int) -> jax.Array:
@@ -194,7 +204,7 @@ def rollout(
         transition = Transition(
             obs=ts.obs,
             action_mask=ts.action_mask,
-            critic_obs=critic_obs,
+            critic_obs=None if critic_input == "local" else critic_obs,
             carry=state.carry,
             first=state.first,
             action=action if net.continuous else action.astype(jnp.int32),

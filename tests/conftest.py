@@ -1,5 +1,11 @@
 """Fixtures shared by test files: one small run with checkpoints and loggers, trained
-once per session (checkpoint, logger and evaluation tests all read it)."""
+once per session (checkpoint, logger and evaluation tests all read it). The session
+shares one persistent compile cache, with every subprocess it starts (CLI runs,
+multi-device and multi-process tests, notebooks): the same program compiles once."""
+
+import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -22,3 +28,15 @@ def trained_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trained")
     result = jaxpo.sweep(experiment(out, "run", checkpoint_every=4, log="csv,tensorboard"))
     return result, str(out / "run")
+
+
+def pytest_configure(config):
+    from jaxpo.compile_cache import enable_compile_cache
+
+    cache = tempfile.mkdtemp(prefix="jaxpo-test-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # subprocesses, and the CLI's default
+    config.jaxpo_compile_cache = enable_compile_cache(cache)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "jaxpo_compile_cache", ""), ignore_errors=True)

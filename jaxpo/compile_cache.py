@@ -1,0 +1,55 @@
+"""JAX's persistent compilation cache, for jaxpo's programs.
+
+A jaxpo program (init, chunk, evaluation) is compiled once per static config; with
+the cache on, a later process running the same config loads the compiled program
+from disk instead of compiling it again (tracing and lowering still run). The CLI
+turns it on by default (``--no-compile-cache`` turns it off; ``--compile-cache DIR``
+moves it). XLA keys each entry by the program, the jax/XLA version, the devices and
+the compile options, so any change compiles afresh and an entry is never stale.
+
+The cache executes what it finds: like JAX's own, it must be a directory only you
+can write to.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jax.experimental.compilation_cache import compilation_cache as _jax_cache
+
+import jax
+
+# Programs that compile faster than this are not worth a disk entry.
+MIN_COMPILE_SECONDS = 0.5
+
+
+def default_dir() -> str:
+    """``$JAX_COMPILATION_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/jaxpo/xla``
+    (``~/.cache/jaxpo/xla``)."""
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jaxpo", "xla")
+
+
+def enable_compile_cache(path: str | os.PathLike | None = None) -> str:
+    """Stores and reuses compiled programs in ``path`` (default ``default_dir()``),
+    created if missing; returns the directory. Affects every later compile of this
+    process. Raises ValueError naming ``path`` when it cannot be created."""
+    path = os.path.abspath(os.fspath(default_dir() if path is None else path))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"compile cache directory {path!r} cannot be created: {err.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise ValueError(f"compile cache directory {path!r} is not writable")
+    _jax_cache.reset_cache()  # a cache opened earlier in this process would keep its old directory
+    _jax_cache.set_cache_dir(path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    return path
+
+
+def disable_compile_cache() -> None:
+    """No persistent cache for later compiles of this process."""
+    _jax_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", None)
