@@ -64,8 +64,8 @@ cut into samples) and ``update`` (epochs × minibatches of gradient steps):
                         is a sliver of the phase.
     min_flops_per_env_step
                         the analytical minimum for this network: every agent's actor and
-                        critic forward pass in the rollout (2 · Σ in·out per dense layer)
-                        and forward + backward (3×) in each epoch.
+                        critic forward pass in the rollout (2 · in·out per dense layer)
+                        and forward + backward in each epoch (``min_flops_per_env_step``).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def _measure_train(args) -> dict:
 
     updates = calls * args.updates_per_chunk
     env_steps = updates * config.steps_per_update * args.seeds
-    phases = _phases(args, tr, state, hyper) if args.phases else {}
+    phases = _phases(tr, state, hyper) if args.phases else {}
     return dict(
         kind="train",
         **_common(args, tr.env),
@@ -276,63 +276,81 @@ def _time_ms(fn, *args, min_seconds: float = 0.5) -> float:
 
 
 def min_flops_per_env_step(tr, num_epochs: int) -> float:
-    """Every agent's actor and critic forward pass in the rollout and forward + backward
-    (3×) per epoch: ``N · (1 + 3 · epochs) · 2 Σ in·out`` over both networks' dense layers
-    (the shared networks' agent-id input costs O(1) per agent: a bias row, not counted)."""
-    macs = 0
+    """The analytical minimum per env step for feed-forward networks, from each dense
+    layer's 2·in·out flops F_l (a product of [in] by [in, out]), summed over both
+    networks and the N agents: one forward pass in the rollout; per epoch a forward
+    pass, the weight gradients (another Σ F_l) and the input gradients of every layer
+    but the first (the observations need none). The shared networks' agent-id input is
+    a bias row (O(1) per agent) and is not counted."""
+    forward = first = 0.0
     for net in (tr.net.actor, tr.net.critic):
         if net.recurrent:
             raise ValueError("the analytical minimum is for feed-forward networks")
         widths = [net.in_dim, *net.module.hidden, net.module.out_dim]
-        macs += sum(a * b for a, b in zip(widths[:-1], widths[1:]))
-    return tr.num_agents * (1 + 3 * num_epochs) * 2.0 * macs
+        layers = [2.0 * a * b for a, b in zip(widths[:-1], widths[1:])]
+        forward, first = forward + sum(layers), first + layers[0]
+    return tr.num_agents * (forward + num_epochs * (3 * forward - first))
 
 
-def _phases(args, tr, state, hyper) -> dict:
-    """Per-phase wall time and XLA cost per env step (see the module docstring)."""
+def _rollout_of(tr, num_steps: int):
+    """``state [R] -> Transition [R, T, ...]``: the runs' next rollout of ``num_steps``."""
+    import jax
+
+    from jaxpo.rollout import rollout
+
+    cfg = tr.config
+    return jax.vmap(lambda s: rollout(tr.env, tr.net, s.params, s.rollout, s.key, num_steps, cfg.critic_input)[1])
+
+
+def phase_costs(tr, state, hyper) -> dict:
+    """``{"flops_per_env_step", "bytes_per_env_step"}``, each ``{phase: value, "total"}``:
+    XLA's cost analysis of one unit of each phase's loops (a rollout step, its
+    advantages, one minibatch's gradient step) scaled by the unit's count per update,
+    for runs ``state`` ``[R, ...]`` (arrays or shapes) and ``hyper`` ``[R, ...]``."""
     import dataclasses
 
     import jax
 
     import jaxpo
-    from jaxpo.rollout import rollout
 
-    cfg, runs = tr.config, args.seeds
-    num_envs, num_steps = cfg.num_envs, cfg.num_steps
-    per_run = lambda fn: jax.vmap(fn)
+    cfg = tr.config
+    runs = jax.tree.leaves(state)[0].shape[0]
+    data_of = jax.vmap(tr.training_data)
+    one_step = jax.eval_shape(_rollout_of(tr, 1), state)
+    data = jax.eval_shape(data_of, state, jax.eval_shape(_rollout_of(tr, cfg.num_steps), state), hyper)
+    minibatch_data = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((runs, x.shape[1] // cfg.num_minibatches, *x.shape[2:]), x.dtype), data)
+    one_minibatch = jaxpo.Trainer(dataclasses.replace(cfg, num_epochs=1, num_minibatches=1), tuple(tr.mesh.devices.flat))
+    units = {
+        "rollout": (_cost(_rollout_of(tr, 1), state), cfg.num_steps),
+        "advantages": (_cost(data_of, state, one_step, hyper), cfg.num_steps),
+        "update": (_cost(jax.vmap(lambda s, d, h: one_minibatch.update(s, d, s.key, h)), state, minibatch_data, hyper),
+                   cfg.num_epochs * cfg.num_minibatches),
+    }
+    env_steps = cfg.num_steps * cfg.num_envs * runs  # per update
+    per_step = lambda i: {k: cost[i] * count / env_steps for k, (cost, count) in units.items()}
+    total = lambda d: {**{k: round(v, 1) for k, v in d.items()}, "total": round(sum(d.values()), 1)}
+    return dict(flops_per_env_step=total(per_step(0)), bytes_per_env_step=total(per_step(1)))
 
-    def roll(steps):
-        return per_run(lambda s: rollout(tr.env, tr.net, s.params, s.rollout, s.key, steps, cfg.critic_input)[1])
 
-    data_of = per_run(tr.training_data)
-    update_of = per_run(lambda s, d, h: tr.update(s, d, s.key, h))
-    traj = jax.jit(roll(num_steps))(state)
+def _phases(tr, state, hyper) -> dict:
+    """Per-phase wall time, XLA cost per env step and its minimum (module docstring)."""
+    import jax
+
+    cfg = tr.config
+    data_of = jax.vmap(tr.training_data)
+    update_of = jax.vmap(lambda s, d, h: tr.update(s, d, s.key, h))
+    traj = jax.jit(_rollout_of(tr, cfg.num_steps))(state)
     data = jax.jit(data_of)(state, traj, hyper)
     phase_ms = {
-        "rollout": _time_ms(roll(num_steps), state),
+        "rollout": _time_ms(_rollout_of(tr, cfg.num_steps), state),
         "advantages": _time_ms(data_of, state, traj, hyper),
         "update": _time_ms(update_of, state, data, hyper),
     }
-    # One unit of each phase's loops: a rollout step, its advantages, one minibatch step.
-    one_step = jax.eval_shape(roll(1), state)
-    minibatch = dataclasses.replace(cfg, num_epochs=1, num_minibatches=1)
-    one_update = jaxpo.Trainer(minibatch, tuple(tr.mesh.devices.flat))
-    minibatch_data = jax.eval_shape(lambda d: jax.tree.map(lambda x: x[:, : x.shape[1] // cfg.num_minibatches], d), data)
-    units = {
-        "rollout": (_cost(roll(1), state), num_steps),
-        "advantages": (_cost(data_of, state, one_step, hyper), num_steps),
-        "update": (_cost(per_run(lambda s, d, h: one_update.update(s, d, s.key, h)), state, minibatch_data, hyper),
-                   cfg.num_epochs * cfg.num_minibatches),
-    }
-    env_steps = num_steps * num_envs * runs  # per update
-    flops = {k: cost[0] * count / env_steps for k, (cost, count) in units.items()}
-    nbytes = {k: cost[1] * count / env_steps for k, (cost, count) in units.items()}
-    total = lambda d: {**{k: round(v, 1) for k, v in d.items()}, "total": round(sum(d.values()), 1)}
     return dict(
         phase_ms={k: round(v, 2) for k, v in phase_ms.items()},
-        flops_per_env_step=total(flops),
-        bytes_per_env_step=total(nbytes),
-        min_flops_per_env_step=min_flops_per_env_step(tr, cfg.num_epochs) if not cfg.recurrent else None,
+        **phase_costs(tr, state, hyper),
+        min_flops_per_env_step=None if cfg.recurrent else min_flops_per_env_step(tr, cfg.num_epochs),
     )
 
 

@@ -1,0 +1,103 @@
+"""What the speed work guarantees without timing anything: the compiled train step does
+no more arithmetic than its network needs (XLA's own flop count against the analytical
+minimum), and the CLI's persistent compile cache is written once and then reused,
+giving the same results."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from throughput import min_flops_per_env_step, phase_costs  # noqa: E402
+
+
+def test_minimum_flops_count_each_dense_layer_by_hand():
+    tr = jaxpo.trainer(jaxpo.Config(env="public_goods", env_kwargs={"num_agents": 4}, hidden=(8,)))
+    o = tr.env.obs_dim  # actor o -> 8 -> A, critic o -> 8 -> 1
+    forward = 2 * (o * 8 + 8 * tr.env.num_actions) + 2 * (o * 8 + 8 * 1)
+    first = 2 * (o * 8) * 2
+    epochs = 3
+    assert min_flops_per_env_step(tr, epochs) == 4 * (forward + epochs * (3 * forward - first))
+
+
+@pytest.mark.parametrize("share_params", [True, False])
+def test_the_train_step_costs_within_a_few_percent_of_its_network_minimum(share_params):
+    """XLA's flops per env step (rollout + advantages + epochs × minibatches) against the
+    network's analytical minimum (forward passes in the rollout, forward and backward in
+    each epoch). Above it by the bootstrap critic, the loss, Adam and the environment;
+    a redundant pass (a second forward, a duplicated epoch) would put it far above."""
+    config = jaxpo.Config(num_envs=8, num_steps=16, num_epochs=2, num_minibatches=2, share_params=share_params)
+    tr = jaxpo.trainer(config)
+    hyper = jaxpo.Hyper.create(jaxpo.support.ippo(tr.num_agents))
+    hyper = jax.tree.map(lambda x: jnp.expand_dims(x, 0), hyper)
+    state = jax.eval_shape(tr.init_runs, jax.random.split(jax.random.PRNGKey(0), 1), hyper)
+    flops = phase_costs(tr, state, hyper)["flops_per_env_step"]
+    minimum = min_flops_per_env_step(tr, config.num_epochs)
+    assert flops["total"] == pytest.approx(sum(v for k, v in flops.items() if k != "total"), abs=1.0)
+    assert minimum <= flops["total"] <= 1.15 * minimum, (flops, minimum)
+    rollout_minimum = minimum / (1 + config.num_epochs * (3 - _first_layer_share(tr)))
+    assert flops["rollout"] < 2 * rollout_minimum  # policy, value and bootstrap value: at most 1.5×, plus the env
+
+
+def _first_layer_share(tr) -> float:
+    """The first layers' share of a forward pass's flops (their input gradients are not needed)."""
+    forward = first = 0.0
+    for net in (tr.net.actor, tr.net.critic):
+        widths = [net.in_dim, *net.module.hidden, net.module.out_dim]
+        layers = [a * b for a, b in zip(widths[:-1], widths[1:])]
+        forward, first = forward + sum(layers), first + layers[0]
+    return first / forward
+
+
+TRAIN = ["train", "--env", "public_goods", "--num-envs", "8", "--num-steps", "16", "--updates-per-chunk", "2",
+         "--steps", "512", "--no-progress"]
+
+
+def _train(out: Path, name: str, *flags: str, env: dict | None = None) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "jaxpo.cli", *TRAIN, "--out", str(out), "--name", name, *flags],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _entries(cache: Path) -> set[str]:
+    return {p.name for p in cache.iterdir()} if cache.exists() else set()
+
+
+def test_cli_compile_cache_is_written_once_then_reused_with_the_same_results(tmp_path):
+    cache = tmp_path / "cache"
+    _train(tmp_path, "first", "--compile-cache", str(cache))
+    written = _entries(cache)
+    assert any(name.startswith("jit_") for name in written), written  # the init and chunk programs
+    _train(tmp_path, "second", "--compile-cache", str(cache))
+    assert _entries(cache) == written  # every program came from the cache: nothing new compiled
+    first, second = ((tmp_path / name / "metrics.csv").read_text() for name in ("first", "second"))
+    assert first == second
+
+
+def test_no_compile_cache_stores_nothing_even_where_jax_is_told_to(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    summary = _train(tmp_path, "run", "--no-compile-cache", env={"JAX_COMPILATION_CACHE_DIR": str(cache)})
+    assert _entries(cache) == set()
+    assert np.isfinite(summary["return_after"])
+
+
+def test_a_compile_cache_that_cannot_be_created_is_refused_by_name(tmp_path, capsys):
+    from jaxpo.cli import main
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main([*TRAIN, "--out", str(tmp_path), "--compile-cache", str(blocker / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert "compile cache directory" in err and str(blocker / "cache") in err
+    assert not (tmp_path / "runs").exists()
