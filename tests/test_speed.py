@@ -33,9 +33,10 @@ def test_minimum_flops_count_each_dense_layer_by_hand():
 def test_the_train_step_costs_within_a_few_percent_of_its_network_minimum(share_params):
     """XLA's flops per env step (rollout + advantages + epochs × minibatches) against the
     network's analytical minimum (forward passes in the rollout, forward and backward in
-    each epoch). Above it by the bootstrap critic, the loss, Adam and the environment;
-    a redundant pass (a second forward, a duplicated epoch) would put it far above."""
-    config = jaxpo.Config(num_envs=8, num_steps=16, num_epochs=2, num_minibatches=2, share_params=share_params)
+    each epoch). Above it by the bootstrap critic, the loss, Adam (per parameter, so
+    minibatches of 512 samples keep it small) and the environment; a redundant pass (a
+    second forward, a duplicated epoch) would put it far above. Shapes only: nothing runs."""
+    config = jaxpo.Config(num_envs=32, num_steps=32, num_epochs=4, num_minibatches=2, share_params=share_params)
     tr = jaxpo.trainer(config)
     hyper = jaxpo.Hyper.create(jaxpo.support.ippo(tr.num_agents))
     hyper = jax.tree.map(lambda x: jnp.expand_dims(x, 0), hyper)
