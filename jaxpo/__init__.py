@@ -10,6 +10,7 @@
 __version__ = "0.1.0"
 
 from jaxpo import envs, losses, support
+from jaxpo.compile_cache import enable_compile_cache
 from jaxpo.config import Config, Hyper
 from jaxpo.driver import Hook, TrainResult, train
 from jaxpo.evaluate import Policy, evaluate, load_policy, render_episode
@@ -20,6 +21,6 @@ from jaxpo.sweeps import SweepResult, resume, runs, sweep
 
 __all__ = [
     "Config", "Experiment", "Hook", "Hyper", "Policy", "RunSettings", "Support", "SupportSpec", "SweepResult", "SweepSpec",
-    "Trainer", "TrainResult", "TrainState", "dump_yaml", "envs", "evaluate", "load_policy", "load_yaml", "losses",
-    "make_support", "render_episode", "resume", "runs", "support", "sweep", "train", "trainer",
+    "Trainer", "TrainResult", "TrainState", "dump_yaml", "enable_compile_cache", "envs", "evaluate", "load_policy",
+    "load_yaml", "losses", "make_support", "render_episode", "resume", "runs", "support", "sweep", "train", "trainer",
 ]

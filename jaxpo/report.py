@@ -178,12 +178,16 @@ def group_statistics(scores: dict[str, np.ndarray], reps: int = 2000, seed: int 
     finite = {k: v[np.isfinite(v)].reshape(-1, 1) for k, v in scores.items()}
     usable = {k: v for k, v in finite.items() if len(v)}
     both = lambda x: np.array([rmetrics.aggregate_mean(x), rmetrics.aggregate_iqm(x)])
-    global_state = np.random.get_state()  # rliable's bootstrap draws from numpy's global generator:
-    np.random.seed(seed)  # seed it for reproducible intervals, and leave the caller's stream as it was
-    try:
-        points, intervals = rly.get_interval_estimates(usable, both, reps=reps) if usable else ({}, {})
-    finally:
-        np.random.set_state(global_state)
+    if all(len(v) == 1 for v in usable.values()):  # every resample of one run is that run: no bootstrap needed
+        points = {k: both(v) for k, v in usable.items()}
+        intervals = {k: np.stack([p, p]) for k, p in points.items()}
+    else:
+        global_state = np.random.get_state()  # rliable's bootstrap draws from numpy's global generator:
+        np.random.seed(seed)  # seed it for reproducible intervals, and leave the caller's stream as it was
+        try:
+            points, intervals = rly.get_interval_estimates(usable, both, reps=reps)
+        finally:
+            np.random.set_state(global_state)
     out = {}
     for setting, values in finite.items():
         stats = dict.fromkeys(GROUP_STATS, math.nan)

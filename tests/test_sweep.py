@@ -238,3 +238,25 @@ def test_a_killed_sweep_leaves_valid_csvs(tmp_path):
         assert len(updates) % 2 == 0  # whole chunks of K = 2 updates
         np.testing.assert_array_equal(updates, np.arange(1, len(updates) + 1))
     assert np.all(np.isfinite(metrics["policy_loss"]))
+
+
+def test_single_run_statistics_skip_the_bootstrap_and_equal_rliable():
+    """One run per setting: every bootstrap resample is that run, so the statistics are
+    computed without rliable's 2000 resamples (seconds at the end of every single-seed
+    train) and equal what rliable gives."""
+    from rliable import library as rly
+    from rliable import metrics as rmetrics
+
+    from jaxpo.report import group_statistics
+
+    scores = {"a": np.array([1.5]), "b": np.array([np.nan, -2.0]), "none": np.array([np.nan])}
+    fast = group_statistics(scores)
+    both = lambda x: np.array([rmetrics.aggregate_mean(x), rmetrics.aggregate_iqm(x)])
+    points, intervals = rly.get_interval_estimates({"a": np.array([[1.5]]), "b": np.array([[-2.0]])}, both, reps=50)
+    for setting in ("a", "b"):
+        (mean, iqm), ((mean_lo, iqm_lo), (mean_hi, iqm_hi)) = points[setting], intervals[setting]
+        assert fast[setting] == dict(runs=1, mean=mean, mean_ci_low=mean_lo, mean_ci_high=mean_hi, iqm=iqm,
+                                     iqm_ci_low=iqm_lo, iqm_ci_high=iqm_hi)
+    assert fast["none"]["runs"] == 0 and np.isnan(fast["none"]["mean"])
+    two = group_statistics({"a": np.array([1.0, 3.0])})["a"]  # more than one run: bootstrapped intervals
+    assert two["mean"] == 2.0 and 1.0 <= two["mean_ci_low"] < two["mean_ci_high"] <= 3.0
