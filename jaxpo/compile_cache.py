@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import os
 
-from jax.experimental.compilation_cache import compilation_cache as _jax_cache
-
 import jax
+from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
 # Programs that compile faster than this are not worth a disk entry.
 MIN_COMPILE_SECONDS = 0.5

@@ -150,8 +150,8 @@ class Trainer:
     def bytes_per_run(self) -> int:
         """An estimate of one run's peak memory in the chunk program: the train state
         (in, out, and Adam's moments in the gradient step) and the rollout with the
-        training data, minibatches and activations made from it. Calibrated against measured peaks by
-        ``benchmarks/sweep_scaling.py``."""
+        training data, minibatches and activations made from it. Calibrated against
+        measured peaks by ``benchmarks/sweep_scaling.py``."""
         state, _ = self._abstract_run
         cfg = self.config
         traj = jax.eval_shape(
