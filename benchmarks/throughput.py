@@ -261,27 +261,26 @@ def _cost(fn, *args) -> tuple[float, float]:
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
 
-def _time_ms(fn, *args, min_seconds: float = 0.5) -> float:
-    """Mean wall milliseconds of a call of ``jit(fn)(*args)`` after one untimed call."""
+def _time_ms(fn, *args, min_seconds: float = 0.5) -> tuple[float, object]:
+    """``(mean wall milliseconds of a call of jit(fn)(*args) after one untimed call,
+    its output)``."""
     import jax
 
     compiled = jax.jit(fn).lower(*args).compile()
-    jax.block_until_ready(compiled(*args))
+    out = jax.block_until_ready(compiled(*args))
     calls, t0 = 0, time.perf_counter()
     while calls < 3 or time.perf_counter() - t0 < min_seconds:
         out = compiled(*args)
         calls += 1
         jax.block_until_ready(out)
-    return (time.perf_counter() - t0) / calls * 1e3
+    return (time.perf_counter() - t0) / calls * 1e3, out
 
 
-def min_flops_per_env_step(tr, num_epochs: int) -> float:
-    """The analytical minimum per env step for feed-forward networks, from each dense
-    layer's 2·in·out flops F_l (a product of [in] by [in, out]), summed over both
-    networks and the N agents: one forward pass in the rollout; per epoch a forward
-    pass, the weight gradients (another Σ F_l) and the input gradients of every layer
-    but the first (the observations need none). The shared networks' agent-id input is
-    a bias row (O(1) per agent) and is not counted."""
+def dense_flops(tr) -> tuple[float, float]:
+    """``(forward, first)``: flops of one forward pass of every agent-network's dense
+    layers, each 2·in·out (a product of [in] by [in, out]), summed over actor and critic
+    for one agent; and the first layers' share of it. Feed-forward networks only; the
+    shared networks' agent-id input is a bias row (O(1) per agent), not counted."""
     forward = first = 0.0
     for net in (tr.net.actor, tr.net.critic):
         if net.recurrent:
@@ -289,6 +288,15 @@ def min_flops_per_env_step(tr, num_epochs: int) -> float:
         widths = [net.in_dim, *net.module.hidden, net.module.out_dim]
         layers = [2.0 * a * b for a, b in zip(widths[:-1], widths[1:])]
         forward, first = forward + sum(layers), first + layers[0]
+    return forward, first
+
+
+def min_flops_per_env_step(tr, num_epochs: int) -> float:
+    """The analytical minimum per env step (``dense_flops`` for all N agents): one
+    forward pass in the rollout; per epoch a forward pass, the weight gradients (another
+    forward's worth) and the input gradients of every layer but the first (the
+    observations need none)."""
+    forward, first = dense_flops(tr)
     return tr.num_agents * (forward + num_epochs * (3 * forward - first))
 
 
@@ -340,13 +348,10 @@ def _phases(tr, state, hyper) -> dict:
     cfg = tr.config
     data_of = jax.vmap(tr.training_data)
     update_of = jax.vmap(lambda s, d, h: tr.update(s, d, s.key, h))
-    traj = jax.jit(_rollout_of(tr, cfg.num_steps))(state)
-    data = jax.jit(data_of)(state, traj, hyper)
-    phase_ms = {
-        "rollout": _time_ms(_rollout_of(tr, cfg.num_steps), state),
-        "advantages": _time_ms(data_of, state, traj, hyper),
-        "update": _time_ms(update_of, state, data, hyper),
-    }
+    phase_ms = {}  # each phase runs on the previous one's output
+    phase_ms["rollout"], traj = _time_ms(_rollout_of(tr, cfg.num_steps), state)
+    phase_ms["advantages"], data = _time_ms(data_of, state, traj, hyper)
+    phase_ms["update"], _ = _time_ms(update_of, state, data, hyper)
     return dict(
         phase_ms={k: round(v, 2) for k, v in phase_ms.items()},
         **phase_costs(tr, state, hyper),

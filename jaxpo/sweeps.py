@@ -56,9 +56,10 @@ def free_memory_bytes(device: jax.Device | None = None) -> int:
 def group_size(tr: Trainer, num_runs: int, requested: int | None) -> int:
     """G, runs per compiled batch: ``requested``, or as many as fit in half the free memory
     of the devices they are split over; rounded up to a multiple of those devices."""
-    if requested is None and num_runs > tr.run_multiple:  # otherwise one batch of run_multiple whatever fits
+    if requested is None and num_runs <= tr.run_multiple:
+        requested = num_runs  # one batch holds them all: no memory estimate (it traces a rollout) needed
+    elif requested is None:
         requested = max(1, free_memory_bytes() // 2 * tr.run_multiple // tr.bytes_per_run())
-    requested = num_runs if requested is None else requested
     return padded_size(min(requested, num_runs), tr.run_multiple)
 
 

@@ -17,7 +17,7 @@ import pytest
 import jaxpo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from throughput import min_flops_per_env_step, phase_costs  # noqa: E402
+from throughput import dense_flops, min_flops_per_env_step, phase_costs  # noqa: E402
 
 
 def test_minimum_flops_count_each_dense_layer_by_hand():
@@ -45,18 +45,8 @@ def test_the_train_step_costs_within_a_few_percent_of_its_network_minimum(share_
     minimum = min_flops_per_env_step(tr, config.num_epochs)
     assert flops["total"] == pytest.approx(sum(v for k, v in flops.items() if k != "total"), abs=1.0)
     assert minimum <= flops["total"] <= 1.15 * minimum, (flops, minimum)
-    rollout_minimum = minimum / (1 + config.num_epochs * (3 - _first_layer_share(tr)))
+    rollout_minimum = tr.num_agents * dense_flops(tr)[0]  # one forward pass of every agent's networks
     assert flops["rollout"] < 2 * rollout_minimum  # policy, value and bootstrap value: at most 1.5×, plus the env
-
-
-def _first_layer_share(tr) -> float:
-    """The first layers' share of a forward pass's flops (their input gradients are not needed)."""
-    forward = first = 0.0
-    for net in (tr.net.actor, tr.net.critic):
-        widths = [net.in_dim, *net.module.hidden, net.module.out_dim]
-        layers = [a * b for a, b in zip(widths[:-1], widths[1:])]
-        forward, first = forward + sum(layers), first + layers[0]
-    return first / forward
 
 
 TRAIN = ["train", "--env", "public_goods", "--num-envs", "8", "--num-steps", "16", "--updates-per-chunk", "2",
