@@ -81,7 +81,7 @@ def env_kwargs(env: str, n: int) -> dict:
 
 
 def _form(matrix) -> str:
-    from jaxpo.sparse import NeighbourLists
+    from jaxpo.core.sparse import NeighbourLists
 
     return f"sparse:{matrix.width}" if isinstance(matrix, NeighbourLists) else "dense"
 

@@ -23,8 +23,8 @@ import time
 import jax
 
 import jaxpo
-from jaxpo import checkpoint
-from jaxpo.evaluate import latest_batches, load_runs, run_episodes
+from jaxpo.run import checkpoint
+from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes
 
 
 def dir_mib(path: str) -> float:
@@ -74,7 +74,7 @@ def main() -> None:
     print(json.dumps({"kind": "checkpoint", **common, "size_mib": round(size, 2), "blocking_s": round(blocking, 3),
                       "total_s": round(total, 3)}), flush=True)
 
-    cfg, params, runs, _ = load_runs(run_dir, latest_batches(run_dir)[0])
+    cfg, params, runs, _ = load_runs(run_dir, latest_groups(run_dir)[0])
     start = time.perf_counter()
     run_episodes(cfg, params, [r["run_id"] for r in runs], args.episodes, 0, True)
     first = time.perf_counter() - start

@@ -44,9 +44,9 @@ import numpy as np
 
 import jaxpo
 from jaxpo import envs
-from jaxpo.networks import MASKED_LOGIT, ActorCritic
-from jaxpo.rollout import reset as rollout_reset
-from jaxpo.rollout import rollout
+from jaxpo.core.networks import MASKED_LOGIT, ActorCritic
+from jaxpo.core.rollout import reset as rollout_reset
+from jaxpo.core.rollout import rollout
 
 ENVS = ("public_goods", "traffic_grid", "wireless")
 

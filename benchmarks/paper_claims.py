@@ -50,8 +50,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpo import Config, Experiment, Hyper, diagnostics, envs, losses, report, runs, support, train
-from jaxpo.learner import Trainer
+from jaxpo import Config, Experiment, Hyper, envs, runs, train
+
+from jaxpo.core import diagnostics, losses, support
+
+from jaxpo.run import report
+from jaxpo.program.learner import Trainer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

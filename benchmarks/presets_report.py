@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from jaxpo import support
+from jaxpo.core import support
 from jaxpo import Config, runs, train
 
 TEAM_CRITIC = dict(aggregate_in="reward", critic_input="global", value_norm=True, value_loss="huber")

@@ -51,8 +51,8 @@ def measure(args) -> dict:
     import numpy as np
 
     import jaxpo
-    from jaxpo.driver import Hook
-    from jaxpo.sweeps import execute, plan
+    from jaxpo.run.driver import Hook
+    from jaxpo.experiments.sweeps import execute, plan
 
     compile_seconds = []
     jax.monitoring.register_event_duration_secs_listener(

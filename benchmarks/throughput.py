@@ -304,7 +304,7 @@ def _rollout_of(tr, num_steps: int):
     """``state [R] -> Transition [R, T, ...]``: the runs' next rollout of ``num_steps``."""
     import jax
 
-    from jaxpo.rollout import rollout
+    from jaxpo.core.rollout import rollout
 
     cfg = tr.config
     return jax.vmap(lambda s: rollout(tr.env, tr.net, s.params, s.rollout, s.key, num_steps, cfg.critic_input)[1])

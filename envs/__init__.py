@@ -9,6 +9,7 @@ the JaxMARL adapter, all reachable by name through :func:`make`.
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from .base import AutoReset, Env, TimeStep
 
@@ -34,12 +35,19 @@ def make(name: str, **kwargs) -> Env:
     ``name`` is one of jaxpo's own environments (``REGISTRY``) or a JaxMARL
     environment name (wrapped by :class:`~jaxpo.envs.jaxmarl_adapter.JaxMARLAdapter`).
     The result follows the array protocol; wrap it in :class:`AutoReset` for rollouts.
+    Unknown parameters are a ValueError that lists the environment's parameters.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"env name must be a non-empty string, got {name!r}")
     if name in REGISTRY:
         module_name, cls_name = REGISTRY[name].split(":")
-        return getattr(importlib.import_module(module_name), cls_name)(**kwargs)
+        cls = getattr(importlib.import_module(module_name), cls_name)
+        known = [p for p in inspect.signature(cls).parameters if p != "self"]
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown:
+            raise ValueError(f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for env "
+                             f"{name!r}; its parameters: {', '.join(known)}")
+        return cls(**kwargs)
     from .jaxmarl_adapter import JaxMARLAdapter
 
     return JaxMARLAdapter.from_name(name, **kwargs)

@@ -12,15 +12,16 @@ import argparse
 import ast
 import json
 import os
+import re
 import sys
 import typing
 
 import numpy as np
 
-from jaxpo import parallel
-from jaxpo.experiment import SECTIONS, Experiment, dump_yaml, load_yaml, section_fields, to_dict
-from jaxpo.fields import choices, coerce, describe, field_docs, optional_inner
-from jaxpo.report import final_mean
+from jaxpo.program import parallel
+from jaxpo.experiments.experiment import SECTIONS, Experiment, dump_yaml, load_yaml, section_fields, to_dict
+from jaxpo.program.fields import choices, coerce, describe, field_docs, optional_inner
+from jaxpo.run.report import final_mean
 
 TITLES = {
     "config": "program (static: each distinct value compiles its own program)",
@@ -46,7 +47,7 @@ def parse_env_arg(text: str) -> tuple[str, object]:
 
 
 def _sweep_arg(text: str) -> tuple[str, str, object]:
-    from jaxpo.settings import parse_axis
+    from jaxpo.experiments.settings import parse_axis
 
     try:
         return parse_axis(text)
@@ -146,7 +147,7 @@ def _add_compile_cache(cmd: argparse.ArgumentParser) -> None:
 
 def use_compile_cache(args: argparse.Namespace) -> None:
     """The persistent compile cache as the flags ask (on by default), before anything compiles."""
-    from jaxpo.compile_cache import disable_compile_cache, enable_compile_cache
+    from jaxpo.program.compile_cache import disable_compile_cache, enable_compile_cache
 
     if args.compile_cache is False:
         disable_compile_cache()
@@ -181,18 +182,18 @@ def _add_policy_commands(sub) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and eval.csv."""
-    from jaxpo import checkpoint
-    from jaxpo.evaluate import latest_batches, load_runs, run_episodes, summarize
-    from jaxpo.report import write_csv
+    from jaxpo.run import checkpoint
+    from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes, summarize
+    from jaxpo.run.report import write_csv
 
     try:
         if args.episodes < 1:
             raise ValueError(f"--episodes must be a positive integer, got {args.episodes}")
-        batches = latest_batches(args.run_dir)
-        if not batches:
+        groups = latest_groups(args.run_dir)
+        if not groups:
             checkpoint.restore(args.run_dir)  # raises the precise error
         rows, known = [], []
-        for step in sorted(batches.values()):
+        for step in sorted(groups.values()):
             config, params, runs, meta = load_runs(args.run_dir, step)
             known += [r["run_id"] for r in runs]
             pick = [i for i, r in enumerate(runs) if args.run in (None, r["run_id"])]
@@ -227,7 +228,7 @@ def _take_runs(tree, index):
 
 def cmd_render(args: argparse.Namespace) -> int:
     """``jaxpo render``: one episode of run ``--run`` to ``--out``."""
-    from jaxpo.evaluate import check_animation_path, load_policy, render_episode
+    from jaxpo.run.evaluate import check_animation_path, load_policy, render_episode
 
     try:
         check_animation_path(args.out)  # before the (slower) loading
@@ -280,7 +281,7 @@ def start_processes(args: argparse.Namespace) -> None:
 def experiment_from_args(args: argparse.Namespace) -> Experiment:
     """Defaults (or, with ``--resume``, the checkpoint's experiment), then ``--config``,
     then the flags given. Raises ValueError naming a bad value."""
-    from jaxpo.sweeps import resume_experiment
+    from jaxpo.experiments.sweeps import resume_experiment
 
     resume = getattr(args, "resume", None)
     if resume and {"run.out", "run.name"} & set(vars(args)):
@@ -307,15 +308,26 @@ def _mean(values: np.ndarray) -> float | None:
     return round(float(finite.mean()), 4) if finite.size else None
 
 
+def as_flags(message: str) -> str:
+    """A library message in the CLI's words: the fields it names (``run.checkpoint_every``,
+    ``on_nan='mask'``) as the flags that set them (``--checkpoint-every``, ``--on-nan mask``)."""
+    fields = {name for section in SECTIONS for name in section_fields(section)}
+    flag = lambda name: "--" + name.replace("_", "-")
+    message = re.sub(r"\b(?:config|hyper|support|run|sweep)\.([a-z_]+)\b",
+                     lambda m: flag(m.group(1)) if m.group(1) in fields else m.group(0), message)
+    return re.sub(r"\b([a-z_]+)='([^']*)'", lambda m: f"{flag(m.group(1))} {m.group(2)}"
+                  if m.group(1) in fields else m.group(0), message)
+
+
 def _error(command: str, err: Exception) -> int:
-    print(f"jaxpo {command}: error: {err}", file=sys.stderr)
+    print(f"jaxpo {command}: error: {as_flags(str(err))}", file=sys.stderr)
     return 2
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``jaxpo train`` and ``jaxpo sweep``: check everything, then train."""
-    from jaxpo.guard import NonFiniteError
-    from jaxpo.sweeps import plan
+    from jaxpo.run.guard import NonFiniteError
+    from jaxpo.experiments.sweeps import plan
 
     try:
         experiment = experiment_from_args(args)
@@ -331,12 +343,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         return parallel.exit_on_error(_train if args.command == "train" else _sweep, ready)
     except NonFiniteError as err:
-        print(f"jaxpo {args.command}: {err}", file=sys.stderr)
+        print(f"jaxpo {args.command}: {as_flags(str(err))}", file=sys.stderr)
         return 1
 
 
 def _train(ready) -> int:
-    from jaxpo.sweeps import execute
+    from jaxpo.experiments.sweeps import execute
 
     program = ready.programs[0]
     setting, config = program.settings[0], program.config
@@ -369,7 +381,7 @@ def _train(ready) -> int:
 
 
 def _sweep(ready) -> int:
-    from jaxpo.sweeps import execute
+    from jaxpo.experiments.sweeps import execute
 
     result = execute(ready, log=print)
     rows = [g for g in result.groups if g["metric"] == "final_return"]

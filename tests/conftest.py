@@ -31,7 +31,7 @@ def trained_run(tmp_path_factory):
 
 
 def pytest_configure(config):
-    from jaxpo.compile_cache import enable_compile_cache
+    from jaxpo.program.compile_cache import enable_compile_cache
 
     cache = tempfile.mkdtemp(prefix="jaxpo-test-xla-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # subprocesses, and the CLI's default

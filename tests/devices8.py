@@ -15,9 +15,11 @@ import time
 import jax
 import numpy as np
 
-from jaxpo import Config, Hyper, support, trainer
-from jaxpo.driver import Batch, Run, run_batch
-from jaxpo.parallel import put
+from jaxpo import Config, Hyper, trainer
+
+from jaxpo.core import support
+from jaxpo.run.driver import Batch, Run, run_batch
+from jaxpo.program.parallel import put
 
 COLLECTIVES = r"all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter|collective-broadcast"
 UPDATES = 4
@@ -92,8 +94,8 @@ def checkpoint_roundtrip(tr, state, metrics) -> dict:
     copy and from the original."""
     import tempfile
 
-    from jaxpo import checkpoint
-    from jaxpo.driver import ChunkEvent
+    from jaxpo.run import checkpoint
+    from jaxpo.run.driver import ChunkEvent
 
     directory = tempfile.mkdtemp()
     size = jax.tree.leaves(state)[0].shape[0]

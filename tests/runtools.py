@@ -6,7 +6,7 @@ Imported as a plain module (`from runtools import ...`), like envtools.
 
 import jax
 
-from jaxpo.rollout import reset, rollout
+from jaxpo.core.rollout import reset, rollout
 from jaxpo import Config, trainer
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo import losses
+from jaxpo.core import losses
 
 EPS = 0.2
 GAMES = [(2, 3), (3, 2)]  # (agents, actions)

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import jaxpo
-from jaxpo import checkpoint, cli
-from jaxpo.driver import Hook
-from jaxpo.sweeps import resume
+from jaxpo import cli
+from jaxpo.run import checkpoint
+from jaxpo.run.driver import Hook
+from jaxpo.experiments.sweeps import resume
 
 from conftest import CHUNKS, experiment
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from jaxpo import cli
-from jaxpo.networks import MASKED_LOGIT
-from jaxpo.report import read_csv
+from jaxpo.core.networks import MASKED_LOGIT
+from jaxpo.run.report import read_csv
 from jaxpo import Config, trainer
 from runtools import completed_episodes
 

@@ -2,7 +2,9 @@
 
 import numpy as np
 
-from jaxpo import envs, support
+from jaxpo import envs
+
+from jaxpo.core import support
 
 
 def ring_distance(n: int) -> np.ndarray:

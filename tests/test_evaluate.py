@@ -10,9 +10,9 @@ import pytest
 
 import jaxpo
 from jaxpo import cli
-from jaxpo.evaluate import Policy, episode_frames
-from jaxpo.learner import trainer
-from jaxpo.report import read_csv
+from jaxpo.run.evaluate import Policy, episode_frames
+from jaxpo.program.learner import trainer
+from jaxpo.run.report import read_csv
 
 
 def test_eval_reports_every_run_and_matches_the_python_api(trained_run, capsys):

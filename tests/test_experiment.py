@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from jaxpo import Experiment, Hyper, cli, dump_yaml, load_yaml
-from jaxpo.experiment import SECTIONS, config_path, section_fields, shipped_configs, to_dict
-from jaxpo.fields import FrozenArray, choices, coerce, field_docs
-from jaxpo.losses import NORMALIZE_SCOPES
-from jaxpo.networks import ACTIVATIONS
-from jaxpo.rollout import CRITIC_INPUTS
-from jaxpo.support import PRESETS
-from jaxpo.sweeps import plan
+from jaxpo.experiments.experiment import SECTIONS, config_path, section_fields, shipped_configs, to_dict
+from jaxpo.program.fields import FrozenArray, choices, coerce, field_docs
+from jaxpo.core.losses import NORMALIZE_SCOPES
+from jaxpo.core.networks import ACTIVATIONS
+from jaxpo.core.rollout import CRITIC_INPUTS
+from jaxpo.core.support import PRESETS
+from jaxpo.experiments.sweeps import plan
 
 
 def test_options_are_declared_once_as_types():

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo.gae import gae
+from jaxpo.core.gae import gae
 
 T, E, N = 7, 3, 2
 gae_jit = jax.jit(gae)

@@ -7,9 +7,9 @@ import numpy as np
 import optax
 import pytest
 
-from jaxpo import happo
-from jaxpo.networks import MASKED_LOGIT, MLP
-from jaxpo.rollout import Transition
+from jaxpo.core import happo
+from jaxpo.core.networks import MASKED_LOGIT, MLP
+from jaxpo.core.rollout import Transition
 
 N, B, O, A = 3, 32, 4, 5
 EPOCHS, MBS = 2, 4

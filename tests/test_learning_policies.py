@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxpo import support
+from jaxpo.core import support
 from jaxpo import Config, runs, train, trainer
 from runtools import completed_episodes
 

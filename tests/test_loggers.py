@@ -10,7 +10,7 @@ import pytest
 
 import jaxpo
 from jaxpo import cli
-from jaxpo.loggers import parse_loggers
+from jaxpo.run.loggers import parse_loggers
 
 from conftest import CHUNKS, experiment
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo import losses
+from jaxpo.core import losses
 
 N, B, EPS = 3, 64, 0.2
 I3 = np.eye(N)

@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo import envs, support
+from jaxpo import envs
+
+from jaxpo.core import support
 from jaxpo import Config, runs, train
 
 N, K, DELAY = 2, 4, 3

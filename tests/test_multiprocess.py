@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from jaxpo.report import read_csv
+from jaxpo.run.report import read_csv
 
 EXPERIMENT = """
 config: {env: MPE_simple_spread_v3, num_envs: 4, num_steps: 8, updates_per_chunk: 2, num_epochs: 1,

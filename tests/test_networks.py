@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo.networks import ActorCritic
+from jaxpo.core.networks import ActorCritic
 
 N, O, A, C = 3, 5, 4, 7
 
@@ -83,7 +83,7 @@ def test_bad_input_shapes():
 
 @pytest.mark.parametrize("shape", [(5, 8), (8, 5), (64, 64), (67, 1)])
 def test_orthogonal_init(shape):
-    from jaxpo.networks import orthogonal
+    from jaxpo.core.networks import orthogonal
 
     w = np.asarray(orthogonal(2.0)(jax.random.PRNGKey(0), shape), np.float64)
     small = min(shape)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jaxpo import parallel
+from jaxpo.program import parallel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOLERANCE = 1.0  # devices8.max_rel_diff: 1 = rtol 1e-5, atol 1e-6

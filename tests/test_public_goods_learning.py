@@ -44,7 +44,7 @@ def own_return_of_agent0(result, run, learned: bool, episodes: int = 4) -> float
     import distrax
     import jax.numpy as jnp
 
-    from jaxpo.rollout import reset, rollout
+    from jaxpo.core.rollout import reset, rollout
     from jaxpo import trainer
 
     tr = trainer(result.config)

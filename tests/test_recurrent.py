@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo import support
-from jaxpo.networks import ActorCritic
-from jaxpo.rollout import rollout, to_sequences
+from jaxpo.core import support
+from jaxpo.core.networks import ActorCritic
+from jaxpo.core.rollout import rollout, to_sequences
 from jaxpo import Config, Hyper, train, trainer
 
 N, O, A, C = 3, 5, 4, 7

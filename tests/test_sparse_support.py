@@ -9,9 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo import Config, Hyper, losses, sparse, support, train
+from jaxpo import Config, Hyper, train
+
+from jaxpo.core import losses, sparse, support
 from jaxpo.envs.graphs import grid, ring
-from jaxpo.sparse import NeighbourLists
+from jaxpo.core.sparse import NeighbourLists
 
 aggregate_batch = jax.jit(jax.vmap(sparse.aggregate, in_axes=(None, 0)))  # one x, R list sets
 

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo import support as sp
-from jaxpo.support import Support
+from jaxpo.core import support as sp
+from jaxpo.core.support import Support
 
 I3 = np.eye(3, dtype=np.float32)
 ONES3 = np.ones((3, 3), np.float32)

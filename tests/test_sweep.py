@@ -13,9 +13,9 @@ import yaml
 
 import jaxpo
 from jaxpo import Experiment, Hyper, load_yaml
-from jaxpo.report import read_csv
-from jaxpo.settings import parse_axis, settings
-from jaxpo.sweeps import plan
+from jaxpo.run.report import read_csv
+from jaxpo.experiments.settings import parse_axis, settings
+from jaxpo.experiments.sweeps import plan
 
 # A small program of its own (no other test compiles it): 4 agents on a ring, episodes of
 # 10 steps, so every update of 4 envs × 10 steps ends 4 episodes.
@@ -180,7 +180,7 @@ def test_parse_axis():
         ({"samples": 3}, "sweep.samples is set but the sweep has no random axes"),
         ({"random": {"num_envs": {"uniform": [1, 8]}}, "samples": 2}, "use choice for 'num_envs'"),
         ({"grid": {"lr": [1e-3]}, "random": {"lr": {"uniform": [1e-3, 1e-2]}}, "samples": 2}, "both a grid and a random"),
-        ({"grid": {"num_minibatches": [3]}}, "sweep setting num_minibatches=3: Config.num_minibatches .3. must divide"),
+        ({"grid": {"num_minibatches": [3]}}, "setting num_minibatches=3: Config.num_minibatches .3. must divide"),
         ({"grid": {"preset": ["ippo"], "kappa": [0, 1]}}, "the kappa axis needs support.preset khop"),
         ({"grid": {"preset": ["vdn"]}}, r"sweep.grid.preset\[0\] must be one of ippo, mappo"),
     ],
@@ -247,7 +247,7 @@ def test_single_run_statistics_skip_the_bootstrap_and_equal_rliable():
     from rliable import library as rly
     from rliable import metrics as rmetrics
 
-    from jaxpo.report import group_statistics
+    from jaxpo.run.report import group_statistics
 
     scores = {"a": np.array([1.5]), "b": np.array([np.nan, -2.0]), "none": np.array([np.nan])}
     fast = group_statistics(scores)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import jaxpo
-from jaxpo import support
+from jaxpo.core import support
 from jaxpo import Config, Hyper, runs, train, trainer
-from jaxpo.report import read_csv
+from jaxpo.run.report import read_csv
 
 UPDATES = 4
 TINY = Config(
@@ -181,6 +181,8 @@ def test_unknown_env_is_a_clear_error():
 
 
 def test_public_api():
-    from jaxpo import config, driver, sweeps
+    from jaxpo.experiments import sweeps
+    from jaxpo.program import config
+    from jaxpo.run import driver
 
     assert jaxpo.train is driver.train and jaxpo.Config is config.Config and jaxpo.sweep is sweeps.sweep

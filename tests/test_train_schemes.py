@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo import support, valuenorm
-from jaxpo.gae import gae
+from jaxpo.core import support, valuenorm
+from jaxpo.core.gae import gae
 from jaxpo import Config, Hyper, runs, train, trainer
 
 UPDATES = 4
@@ -76,7 +76,7 @@ def test_gae_runs_on_denormalised_values(mappo_result):
     tr = trainer(MAPPO)
     state = jax.tree.map(lambda x: x[0], mappo_result.state)
     hyper = jax.tree.map(lambda x: x[0], mappo_result.hyper)
-    from jaxpo.rollout import rollout
+    from jaxpo.core.rollout import rollout
 
     _, traj = rollout(tr.env, tr.net, state.params, state.rollout, jax.random.PRNGKey(3), MAPPO.num_steps, "global")
     _, targets = tr.advantages(state, traj, hyper)
@@ -125,7 +125,7 @@ def test_gaussian_policies_train_in_every_scheme(options):
 
 def test_critic_inputs():
     """local: own obs; global: world state, else all observations; agent: global + own obs."""
-    from jaxpo.rollout import critic_features, critic_input_dim
+    from jaxpo.core.rollout import critic_features, critic_input_dim
 
     obs = jnp.arange(2 * 3 * 4, dtype=jnp.float32).reshape(2, 3, 4)  # [E, N, O]
     joint = np.broadcast_to(np.asarray(obs).reshape(2, 1, 12), (2, 3, 12))

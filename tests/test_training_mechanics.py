@@ -14,8 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpo import Config, Hyper, happo, learner, losses, support
-from jaxpo.learner import Trainer
+from jaxpo import Config, Hyper
+
+from jaxpo.core import happo, losses, support
+
+from jaxpo.program import learner
+from jaxpo.program.learner import Trainer
 
 SMALL = dict(num_envs=4, num_steps=8, num_epochs=2, num_minibatches=2, hidden=(16,))
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo import losses, valuenorm
+from jaxpo.core import losses, valuenorm
 
 N = 3
 

@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 
-from jaxpo import losses
-from jaxpo.parallel import varying
+from jaxpo.core import losses
+from jaxpo.core.axes import varying
 
 if TYPE_CHECKING:
-    from jaxpo.config import Hyper
-    from jaxpo.learner import Trainer
+    from jaxpo.program.config import Hyper
+    from jaxpo.program.learner import Trainer
 
 # Elements of one scan step's per-sample, per-agent gradients (bounds the memory).
 _CHUNK_ELEMENTS = 1 << 24

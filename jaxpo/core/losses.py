@@ -27,8 +27,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxpo import sparse
-from jaxpo.sparse import NeighbourLists
+from jaxpo.core import sparse
+from jaxpo.core.axes import pmean, pmean_metrics  # noqa: F401 (jaxpo.losses.pmean, as before)
+from jaxpo.core.sparse import NeighbourLists
 
 AdvNorm = Literal["none", "batch", "agent"]  # advantage-normalisation scopes
 NORMALIZE_SCOPES: tuple[str, ...] = get_args(AdvNorm)
@@ -115,20 +116,6 @@ def normalize_advantages(advantages: chex.Array, scope: str, axis_name: str | No
     axes = None if scope == "batch" else tuple(range(jnp.ndim(advantages) - 1))
     mean, std = mean_std(advantages, axes, axis_name)
     return (advantages - mean) / (std + _EPS)
-
-
-def pmean(x: Any, axis_name: str | None) -> Any:
-    """``lax.pmean`` over ``axis_name``; the identity when it is None (one device)."""
-    return x if axis_name is None else jax.lax.pmean(x, axis_name)
-
-
-def pmean_metrics(metrics: dict[str, Any], axis_name: str | None) -> dict[str, Any]:
-    """Metrics of equal shares of a batch combined over ``axis_name``: maxima
-    (``*_max``) by ``pmax``, everything else by ``pmean``."""
-    if axis_name is None:
-        return metrics
-    return {k: jax.lax.pmax(v, axis_name) if k.endswith("_max") else jax.lax.pmean(v, axis_name)
-            for k, v in metrics.items()}
 
 
 # The raw importance-weight moments ``policy_loss(weight_stats=True)`` adds to its metrics.

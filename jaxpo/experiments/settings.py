@@ -19,10 +19,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from jaxpo.config import Config, Hyper
-from jaxpo.experiment import Experiment, format_value, section_fields, typed_value
-from jaxpo.fields import coerce
-from jaxpo.support import Support
+from jaxpo.program.config import Config, Hyper
+from jaxpo.experiments.experiment import Experiment, format_value, section_fields, typed_value
+from jaxpo.program.fields import coerce
+from jaxpo.core.support import Support
 
 DISTRIBUTIONS = ("loguniform", "uniform", "choice")
 
@@ -173,7 +173,7 @@ def settings(experiment: Experiment) -> list[Setting]:
             support = point.support.build(env)
             hyper = Hyper.create(support, **point.hyper.scalars())
         except ValueError as err:
-            raise ValueError(f"sweep setting {label or '(base)'}: {err}") from None
+            raise ValueError(f"setting {label}: {err}" if label else str(err)) from None
         label = label or support.name
         labels[label] = labels.get(label, 0) + 1
         if labels[label] > 1:  # equal draws of a random axis: keep labels unique

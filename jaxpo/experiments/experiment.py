@@ -18,14 +18,14 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import yaml
 
-from jaxpo.config import Config, Hyper
-from jaxpo.fields import coerce, coerce_fields, plain, type_hints
-from jaxpo.support import PRESETS, Support, custom, make_support
+from jaxpo.program.config import Config, Hyper, config_to_dict
+from jaxpo.program.fields import coerce, coerce_fields, plain, type_hints
+from jaxpo.core.support import PRESETS, Support, custom, make_support
 
 SupportName = Literal[(*PRESETS, "custom")]
 MATRIX_SUFFIXES = (".npz", ".json", ".yaml", ".yml")
@@ -100,8 +100,9 @@ class RunSettings:
         bootstrap_reps: bootstrap resamples for the confidence intervals in groups.csv.
         log: loggers, comma-separated: csv, tensorboard, wandb (wandb: set WANDB_MODE=offline
             to log without a network).
-        checkpoint_every: save a checkpoint every this many chunks (and after each group's
-            last chunk) into out/name/checkpoints/; 0: never.
+        checkpoint: save every group's final training state into out/name/checkpoints/
+            (what eval, render and resume read); false: no checkpoints at all.
+        checkpoint_every: also save a checkpoint every this many chunks; 0: only the final ones.
         keep: checkpoints kept (besides each group's last and the last before a divergence).
         on_nan: when a run's loss, parameters or returns become non-finite: stop, or mask
             the run (the other runs go on; for sweeps).
@@ -116,17 +117,22 @@ class RunSettings:
     runs_per_group: int | None = None
     bootstrap_reps: int = 2000
     log: str = "csv"
+    checkpoint: bool = True
     checkpoint_every: int = 0
     keep: int = 3
     on_nan: Literal["stop", "mask"] = "stop"
 
     def __post_init__(self):
-        from jaxpo.loggers import parse_loggers
+        from jaxpo.run.loggers import parse_loggers
 
         coerce_fields(self, "run")
         parse_loggers(self.log)
         if self.checkpoint_every < 0:
-            raise ValueError(f"run.checkpoint_every must be >= 0 (chunks; 0: never), got {self.checkpoint_every}")
+            raise ValueError(f"run.checkpoint_every must be >= 0 (chunks; 0: only each group's final state), "
+                             f"got {self.checkpoint_every}")
+        if self.checkpoint_every and not self.checkpoint:
+            raise ValueError(f"run.checkpoint_every={self.checkpoint_every} asks for checkpoints, but run.checkpoint "
+                             f"is false")
         for field in ("steps", "seeds", "bootstrap_reps", "keep"):
             if getattr(self, field) < 1:
                 raise ValueError(f"run.{field} must be a positive integer, got {getattr(self, field)!r}")
@@ -244,7 +250,7 @@ CONFIGS_DIR = os.path.join(os.path.dirname(__file__), "configs")
 
 
 def shipped_configs() -> list[str]:
-    """Names of the experiment files shipped in ``jaxpo/configs`` (``mappo``, ``happo``, …)."""
+    """Names of the experiment files shipped in ``jaxpo/experiments/configs`` (``mappo``, ``happo``, …)."""
     return sorted(os.path.splitext(f)[0] for f in os.listdir(CONFIGS_DIR) if f.endswith(".yaml"))
 
 
@@ -260,7 +266,7 @@ def config_path(path: str) -> str:
 
 def load_yaml(path: str, base: Experiment | None = None) -> Experiment:
     """Reads an experiment file (YAML; JSON is YAML too); a bare name such as ``mappo``
-    reads the shipped ``jaxpo/configs/mappo.yaml``."""
+    reads the shipped ``jaxpo/experiments/configs/mappo.yaml``."""
     path = config_path(path)
     try:
         with open(path) as f:
@@ -277,10 +283,10 @@ def to_dict(experiment: Experiment) -> dict[str, dict[str, Any]]:
     out = {}
     for section in SECTIONS:
         obj = getattr(experiment, section)
-        values = {name: getattr(obj, name) for name in section_fields(section)}
         if section == "config":
-            values["env_kwargs"] = dict(obj.env_kwargs)
-        out[section] = plain(values)
+            out[section] = config_to_dict(obj)
+        else:
+            out[section] = plain({name: getattr(obj, name) for name in section_fields(section)})
     return out
 
 
@@ -292,9 +298,11 @@ _Dumper.add_representer(list, lambda d, v: d.represent_sequence("tag:yaml.org,20
 _Dumper.add_representer(dict, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=False))
 
 
-def dump_yaml(experiment: Experiment) -> str:
-    """The experiment as YAML that ``load_yaml`` reads back to an equal experiment."""
-    return yaml.dump(to_dict(experiment), Dumper=_Dumper, sort_keys=False, width=100)
+def dump_yaml(experiment: Experiment, sections: Sequence[str] = tuple(SECTIONS)) -> str:
+    """The experiment as YAML that ``load_yaml`` reads back to an equal experiment (with
+    ``sections``: those sections only)."""
+    data = {name: values for name, values in to_dict(experiment).items() if name in sections}
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100)
 
 
 def format_value(value: Any) -> str:

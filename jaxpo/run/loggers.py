@@ -1,6 +1,10 @@
-"""Loggers: driver hooks that receive every chunk's batched metrics.
+"""Loggers: hooks that receive every chunk's batched metrics, and the progress bar.
 
-    csv          metrics.csv, long format (``driver.MetricsCSV``; the default)
+Every logger is a ``RunLogger``: the base walks the group's runs × the chunk's
+updates once and hands each backend one run's row at a time (``record``), then
+``flush``es; a resumed group writes its checkpointed chunks back the same way.
+
+    csv          metrics.csv, long format (``MetricsCSV``; the default)
     tensorboard  tensorboardX event files, one directory per run under
                  ``<run dir>/tensorboard/``: a scalar series per metric (step = env
                  steps) and the run's hyperparameters (TensorBoard's HParams tab)
@@ -23,7 +27,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from jaxpo.driver import Batch, ChunkEvent, Hook, Run
+from jaxpo.run.events import RUN_COLUMNS, ChunkEvent, Group, Hook, Run
+from jaxpo.run.report import AppendCSV
 
 LOGGERS = ("csv", "tensorboard", "wandb")
 
@@ -60,38 +65,82 @@ def run_directory_name(run: Run) -> str:
     return f"{run.run_id:03d}-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", run.label).strip("_")
 
 
-class TensorBoardLogger(Hook):
+class RunLogger(Hook):
+    """A logger of per-update rows: ``write`` walks runs × updates once and calls
+    ``record(r, run, update, env_steps, row)`` with ``row`` name -> float for every
+    metric, then ``flush()``. Backends override ``record`` (and ``flush``)."""
+
+    def chunk(self, event: ChunkEvent) -> None:
+        self.write(event.group, event.updates, event.env_steps, event.metrics)
+
+    def write(self, group: Group, updates: np.ndarray, env_steps: np.ndarray, metrics: dict[str, np.ndarray]) -> None:
+        """Rows for ``group``'s runs at ``updates`` / ``env_steps`` ``[U]``; ``metrics``
+        name -> ``[R, U]`` (also how a resumed group writes back its checkpointed chunks)."""
+        for r, run in enumerate(group.runs):
+            for k in range(len(updates)):
+                self.record(run, int(updates[k]), int(env_steps[k]),
+                            {name: float(values[r, k]) for name, values in metrics.items()})
+        self.flush()
+
+    def record(self, run: Run, update: int, env_steps: int, row: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        pass
+
+
+class MetricsCSV(RunLogger):
+    """``metrics.csv`` in long format, one row per (run, update): run_id, label, setting,
+    seed, every swept value, update, env_steps, every metric (empty where a group's
+    program has no such metric). Rows are appended per chunk."""
+
+    def __init__(self, path: str, value_names: Sequence[str], metric_names: Sequence[str]):
+        self.value_names, self.metric_names = list(value_names), list(metric_names)
+        self.file = AppendCSV(path, [*RUN_COLUMNS, *self.value_names, "update", "env_steps", *self.metric_names])
+        self.rows: list[list] = []
+
+    def record(self, run: Run, update: int, env_steps: int, row: dict[str, float]) -> None:
+        self.rows.append([run.run_id, run.label, run.setting, run.seed, *(run.values.get(n, "") for n in self.value_names),
+                          update, env_steps, *(row.get(name, np.nan) for name in self.metric_names)])
+
+    def flush(self) -> None:
+        self.file.append(self.rows)
+        self.rows = []
+
+
+class TensorBoardLogger(RunLogger):
     """One tensorboardX ``SummaryWriter`` per run in ``<directory>/<run dir name>``."""
 
     def __init__(self, directory: str, context: Mapping[str, Any]):
         self.directory, self.context = directory, context
         self.writers: dict[int, Any] = {}
 
-    def start(self, batch: Batch) -> None:
+    def start(self, group: Group) -> None:
         from tensorboardX import SummaryWriter
         from tensorboardX.summary import hparams
 
-        # A resumed batch drops the events logged after its checkpoint (they come again).
-        purge = None if batch.resumed is None else int(batch.resumed.chunk * batch.config.updates_per_chunk
-                                                      * batch.config.steps_per_update) + 1
-        for run in batch.runs:
+        # A resumed group drops the events logged after its checkpoint (they come again).
+        purge = None if group.resumed is None else int(group.resumed.chunk * group.config.updates_per_chunk
+                                                      * group.config.steps_per_update) + 1
+        for run in group.runs:
             writer = SummaryWriter(os.path.join(self.directory, run_directory_name(run)), purge_step=purge)
-            if batch.resumed is None:  # the HParams tab: this run's values, its return series as the metric
+            if group.resumed is None:  # the HParams tab: this run's values, its return series as the metric
                 for summary in hparams(run_params(run, self.context), {"return": 0.0}):
                     writer.file_writer.add_summary(summary)
             self.writers[run.run_id] = writer
 
-    def chunk(self, event: ChunkEvent) -> None:
-        for r, run in enumerate(event.batch.runs):
-            writer = self.writers[run.run_id]
-            for name, values in event.metrics.items():
-                for k, step in enumerate(event.env_steps):
-                    if np.isfinite(values[r, k]):  # NaN: no episode ended (or a masked run): a gap
-                        writer.add_scalar(name, float(values[r, k]), global_step=int(step))
+    def record(self, run: Run, update: int, env_steps: int, row: dict[str, float]) -> None:
+        writer = self.writers[run.run_id]
+        for name, value in row.items():
+            if np.isfinite(value):  # NaN: no episode ended (or a masked run): a gap
+                writer.add_scalar(name, value, global_step=env_steps)
+
+    def flush(self) -> None:
+        for writer in self.writers.values():
             writer.flush()
 
-    def end(self, batch: Batch, state: Any) -> None:
-        for run in batch.runs:
+    def end(self, group: Group, state: Any) -> None:
+        for run in group.runs:
             self.writers.pop(run.run_id).close()
 
     def close(self) -> None:
@@ -100,7 +149,7 @@ class TensorBoardLogger(Hook):
         self.writers.clear()
 
 
-class WandbLogger(Hook):
+class WandbLogger(RunLogger):
     """One W&B run per jaxpo run (``reinit="create_new"``), named by the run's label,
     grouped by ``group``; the run's hyperparameters are its W&B config. Ids are derived
     from the run directory and run id, so a resumed jaxpo run continues its W&B runs
@@ -111,11 +160,11 @@ class WandbLogger(Hook):
         self.project = project or os.environ.get("WANDB_PROJECT", "jaxpo")
         self.runs: dict[int, Any] = {}
 
-    def start(self, batch: Batch) -> None:
+    def start(self, group: Group) -> None:
         import wandb
 
         os.makedirs(self.directory, exist_ok=True)
-        for run in batch.runs:
+        for run in group.runs:
             run_id = hashlib.sha256(f"{os.path.abspath(self.directory)}/{run.run_id}".encode()).hexdigest()[:12]
             self.runs[run.run_id] = wandb.init(
                 project=self.project, group=self.group, name=run.label, job_type=run.setting, id=run_id,
@@ -123,15 +172,11 @@ class WandbLogger(Hook):
                 settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
             )
 
-    def chunk(self, event: ChunkEvent) -> None:
-        for r, run in enumerate(event.batch.runs):
-            wandb_run = self.runs[run.run_id]
-            for k, update in enumerate(event.updates):
-                row = {name: float(values[r, k]) for name, values in event.metrics.items()}
-                wandb_run.log({**row, "env_steps": int(event.env_steps[k])}, step=int(update))
+    def record(self, run: Run, update: int, env_steps: int, row: dict[str, float]) -> None:
+        self.runs[run.run_id].log({**row, "env_steps": env_steps}, step=update)
 
-    def end(self, batch: Batch, state: Any) -> None:
-        for run in batch.runs:
+    def end(self, group: Group, state: Any) -> None:
+        for run in group.runs:
             self.runs.pop(run.run_id).finish()
 
     def close(self) -> None:
@@ -140,8 +185,26 @@ class WandbLogger(Hook):
         self.runs.clear()
 
 
+class ProgressBar(Hook):
+    """A tqdm bar over ``total`` chunks (all groups), showing the latest mean return."""
+
+    def __init__(self, total: int, desc: str = "train", done: int = 0):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, initial=done, desc=desc, unit="chunk")
+
+    def chunk(self, event: ChunkEvent) -> None:
+        self.bar.update(1)
+        returns = event.metrics["return"][:, -1]
+        if np.isfinite(returns).any():
+            self.bar.set_postfix(ret=f"{np.nanmean(returns):.3f}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def make_loggers(names: Sequence[str], run_dir: str, context: Mapping[str, Any]) -> list[Hook]:
-    """The non-CSV loggers in ``names`` (the CSV is the driver's ``MetricsCSV``)."""
+    """The non-CSV loggers in ``names`` (the CSV, ``MetricsCSV``, also replays resumed chunks)."""
     hooks: list[Hook] = []
     if "tensorboard" in names:
         hooks.append(TensorBoardLogger(os.path.join(run_dir, "tensorboard"), context))

@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpo import checkpoint
-from jaxpo.config import Config
+from jaxpo.run import checkpoint
+from jaxpo.program.config import Config
 from jaxpo.envs import AutoReset, Env
-from jaxpo.learner import trainer
-from jaxpo.networks import ActorCritic, MaskedDiagGaussian
+from jaxpo.program.learner import trainer
+from jaxpo.core.networks import ActorCritic, MaskedDiagGaussian
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,13 +80,13 @@ def choose(dist: Any, key: jax.Array, greedy: bool) -> jax.Array:
     return dist.mode()
 
 
-def latest_batches(run_dir: str) -> dict[int, int]:
-    """``{batch index: newest checkpoint step of that batch}`` for a run directory."""
+def latest_groups(run_dir: str) -> dict[int, int]:
+    """``{group index: newest checkpoint step of that group}`` for a run directory."""
     newest: dict[int, int] = {}
     for step in checkpoint.steps(run_dir):
         try:
-            newest[int(checkpoint.read_meta(run_dir, step)["batch"])] = step
-        except ValueError as err:  # an unreadable step: the batch's previous one serves
+            newest[int(checkpoint.read_meta(run_dir, step)["group"])] = step
+        except ValueError as err:  # an unreadable step: the group's previous one serves
             warnings.warn(str(err))
     return newest
 
@@ -101,10 +101,10 @@ def load_runs(run_dir: str, step: int) -> tuple[Config, Any, list[dict], dict]:
 
 def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
     """Run ``run``'s (its ``run_id``) trained policy from the newest checkpoint holding it."""
-    batches = latest_batches(run_dir)
-    if not batches:
+    groups = latest_groups(run_dir)
+    if not groups:
         checkpoint.restore(run_dir)  # raises the clear error: no directory / no checkpoint
-    tables = {step: checkpoint.read_meta(run_dir, step)["runs"] for step in batches.values()}
+    tables = {step: checkpoint.read_meta(run_dir, step)["runs"] for step in groups.values()}
     for step, runs in sorted(tables.items(), reverse=True):
         ids = [r["run_id"] for r in runs]
         if run in ids:

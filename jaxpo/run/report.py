@@ -26,6 +26,19 @@ import numpy as np
 FINAL_WINDOW = 0.1
 
 
+def ensure_writable(directory: str) -> str:
+    """Creates ``directory`` and proves it writable, or raises a ValueError naming it."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write-test-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(f"output directory {directory!r} cannot be written: {err.strerror or err}") from None
+    return directory
+
+
 def _temp_beside(path: str) -> str:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)

@@ -1,14 +1,14 @@
 """Checkpoints and exact resume (orbax).
 
 A checkpoint is one orbax step in ``<run dir>/checkpoints/<step>/``, the step being the
-number of chunks the whole plan has trained (batch after batch). It holds
+number of chunks the whole plan has trained (group after group). It holds
 
     state    every non-empty leaf of the batched ``TrainState`` (params, optimiser
              states, env and hidden states, value-norm statistics, keys, update counter),
              as global arrays; restored onto the trainer's shardings
-    history  the batch's metrics so far: name -> float64 [R, chunks done × K] (orbax
+    history  the group's metrics so far: name -> float64 [R, chunks done × K] (orbax
              reserves the item name "metrics")
-    meta     JSON: format, jaxpo version, which batch and chunk, the run table, the
+    meta     JSON: format, jaxpo version, which group and chunk, the run table, the
              resolved experiment (or config) and digests of the traced values
 
 Zero-size leaves (the feed-forward carry ``[R, E, N, 0]``) are not saved (orbax refuses
@@ -17,8 +17,8 @@ renames it when complete, so a save cut short by a crash is never read; a step t
 fails to read (truncated or corrupted files) is reported and the one before it used.
 Nothing is unpickled: arrays are tensorstore files and meta is JSON.
 
-The last ``keep`` steps are kept, and also every batch's final step (sweeps need the
-metrics of finished batches, and ``jaxpo eval`` their policies) and any step marked
+The last ``keep`` steps are kept, and also every group's final step (sweeps need the
+metrics of finished groups, and ``jaxpo eval`` their policies) and any step marked
 with ``pin`` (the last finite state before a run diverged).
 """
 
@@ -36,10 +36,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxpo.driver import Batch, ChunkEvent, Hook, MetricsCSV, Resumed, chunk_updates
-from jaxpo.experiment import Experiment, to_dict
+from jaxpo.program.config import Config, config_from_dict, config_to_dict
+from jaxpo.program.learner import trainer
+from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed, chunk_updates
+from jaxpo.run.loggers import MetricsCSV
 
-FORMAT = 1
+FORMAT = 2
 DIRECTORY = "checkpoints"
 
 
@@ -120,18 +122,20 @@ def _manager(directory: str, keep: int, pinned: set[int] | None = None, read_onl
 
 
 class Checkpointer(Hook):
-    """Saves every ``every`` chunks of the plan and after each batch's last chunk.
+    """Saves after each group's last chunk, and every ``every`` chunks of the plan (0: never).
 
     ``meta`` is what every step records besides the position (the run table and
-    experiment are added per batch). Saves are asynchronous: the arrays are copied
+    config are added per group, the diverged runs per chunk). A run that diverges
+    (``diverge``) pins the latest step, the last finite state before it. Saves are asynchronous: the arrays are copied
     off the devices, then written in the background while training goes on;
     ``close`` waits for the last one.
     """
 
     def __init__(self, run_dir: str, every: int, keep: int = 3, meta: Mapping[str, Any] | None = None,
                  pinned: Sequence[int] = ()):
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"checkpoint_every must be a positive integer (chunks), got {every!r}")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise ValueError(f"checkpoint_every must be a non-negative integer (chunks; 0: only each group's "
+                             f"final state), got {every!r}")
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be a positive integer (checkpoints), got {keep!r}")
         self.every, self.meta = every, dict(meta or {})
@@ -140,24 +144,27 @@ class Checkpointer(Hook):
         self.history: list[dict[str, np.ndarray]] = []
         self.last_step: int | None = None
 
-    def start(self, batch: Batch) -> None:
-        self.history = [] if batch.resumed is None else [batch.resumed.metrics]
+    def start(self, group: Group) -> None:
+        self.history = [] if group.resumed is None else [group.resumed.metrics]
+
+    def diverge(self, event: ChunkEvent) -> None:
+        self.pin_latest()
 
     def chunk(self, event: ChunkEvent) -> None:
         self.history.append(event.metrics)
-        batch, done = event.batch, event.index + 1
-        step = batch.chunk_offset + done
-        if step % self.every and done < batch.num_chunks:
+        group, done = event.group, event.index + 1
+        step = group.chunk_offset + done
+        if (not self.every or step % self.every) and done < group.num_chunks:
             return
-        if done == batch.num_chunks:
+        if done == group.num_chunks:
             self.pinned.add(step)
         metrics = {k: np.concatenate([h[k] for h in self.history], axis=1) for k in self.history[-1]}
         # A copy: the next chunk donates (overwrites) the state's buffers while orbax writes.
         state = jax.tree.map(jnp.copy, flatten_state(event.state))
-        meta = {**self.meta, "format": FORMAT, "jaxpo": _version(), "step": step, "batch": batch.index,
-                "config": to_dict(Experiment(config=batch.config))["config"],
-                "chunk": done, "num_chunks": batch.num_chunks, "num_updates": batch.num_updates,
-                "runs": [dataclasses.asdict(r) for r in batch.runs],
+        meta = {**self.meta, "format": FORMAT, "jaxpo": _version(), "step": step, "group": group.index,
+                "config": config_to_dict(group.config), "diverged": dict(event.diverged),
+                "chunk": done, "num_chunks": group.num_chunks, "num_updates": group.num_updates,
+                "runs": [dataclasses.asdict(r) for r in group.runs],
                 "state_runs": int(jax.tree.leaves(event.state)[0].shape[0]), "pinned": sorted(self.pinned),
                 "leaves": {k: [list(v.shape), str(v.dtype)] for k, v in state.items()}}
         ocp = _ocp()
@@ -191,7 +198,7 @@ def _plain(value: Any) -> Any:
 
 @dataclasses.dataclass
 class Restored:
-    """A checkpoint read back: its ``step``, ``meta``, the batch's ``metrics``
+    """A checkpoint read back: its ``step``, ``meta``, the group's ``metrics``
     ``[R, chunks × K]`` and (when asked for) the batched ``state``."""
 
     step: int
@@ -244,7 +251,7 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
     candidates = steps(run_dir) if step is None else [step]
     if not candidates:
         raise ValueError(f"{run_dir!r} holds no complete checkpoint (looked in {directory}); "
-                         f"train it with --checkpoint-every to make some")
+                         f"it was trained with checkpoint=False, or stopped before its first checkpoint")
     ocp = _ocp()
     problems = []
     for s in reversed(candidates):
@@ -310,18 +317,14 @@ def differences(saved: Mapping[str, Any], now: Mapping[str, Any], prefix: str = 
     return out
 
 
-def config_of(meta: Mapping[str, Any]) -> Any:
-    """The static ``Config`` of the batch a checkpoint belongs to."""
-    from jaxpo.experiment import from_dict
-
-    return from_dict({"config": meta["config"]}, source="the checkpoint's config").config
+def config_of(meta: Mapping[str, Any]) -> Config:
+    """The static ``Config`` of the group a checkpoint belongs to."""
+    return config_from_dict(meta["config"], source="the checkpoint's config")
 
 
 def trained_target(meta: Mapping[str, Any]) -> Any:
-    """``restore``'s target for a checkpoint read on its own: the batch's state on the
+    """``restore``'s target for a checkpoint read on its own: the group's state on the
     program its meta names (all devices)."""
-    from jaxpo.learner import trainer
-
     return abstract_state(trainer(config_of(meta)), meta["state_runs"])
 
 
@@ -340,22 +343,25 @@ def abstract_state(tr, size: int) -> Any:
 
 
 # What may differ on resume: how a run is shown, logged and checkpointed, and where it is.
-FREE_ON_RESUME = ("run.progress", "run.bootstrap_reps", "run.log", "run.checkpoint_every", "run.keep",
+FREE_ON_RESUME = ("run.progress", "run.bootstrap_reps", "run.log", "run.checkpoint", "run.checkpoint_every", "run.keep",
                   "run.on_nan", "run.runs_per_group", "run.out", "run.name")
 
 
 def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], program_runs: Sequence[int],
-                    program_chunks: Sequence[int]) -> list[int]:
+                    program_chunks: Sequence[int], traced: Sequence[Mapping[str, str]]) -> list[int]:
     """Refuses to resume ``meta``'s checkpoint as ``experiment`` (``to_dict`` form, with
-    ``program_runs`` runs and ``program_chunks`` chunks per group, per static config)
-    when they differ in anything but ``FREE_ON_RESUME`` (or ``run.steps``, for a run of
-    one group, if no shorter than what is trained); returns the saved group sizes,
-    which the resumed plan must keep."""
+    ``program_runs`` runs and ``program_chunks`` chunks per group, and ``traced``: the
+    digests of each program's traced values, per static config) when they differ in
+    anything but ``FREE_ON_RESUME`` (or ``run.steps``, for a run of one group, if no
+    shorter than what is trained); returns the saved group sizes, which the resumed
+    plan must keep."""
     saved_runs, sizes = list(meta["program_runs"]), list(meta["group_sizes"])
     if saved_runs != list(program_runs):
         raise ValueError(f"cannot resume: the number of runs differs (checkpoint {sum(saved_runs)}, "
                          f"now {sum(program_runs)}): " + "; ".join(differences(meta["experiment"], experiment)))
     diffs = [d for d in differences(meta["experiment"], experiment) if d.split(":")[0] not in FREE_ON_RESUME]
+    diffs += [f"the traced values of program {p} ({d.split(':')[0]})"
+              for p, (saved, now) in enumerate(zip(meta["traced"], traced)) for d in differences(saved, now)]
     one_group = len(sizes) == 1 and sizes[0] >= saved_runs[0]
     if one_group:
         diffs = [d for d in diffs if not d.startswith("run.steps:")]
@@ -368,18 +374,18 @@ def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], prog
     return sizes
 
 
-def resume_batch(batch: Batch, tr, run_dir: str, csv: MetricsCSV | None = None, finished: bool = False) -> Batch:
-    """``batch`` with what its checkpoints hold: a ``finished`` batch's metrics (its last
+def resume_group(group: Group, tr, run_dir: str, csv: MetricsCSV | None = None, finished: bool = False) -> Group:
+    """``group`` with what its checkpoints hold: a ``finished`` group's metrics (its last
     step), or the newest step's state and metrics. Their rows go back into ``csv``,
     chunk by chunk as they were first written."""
     if finished:
-        found = restore(run_dir, step=batch.chunk_offset + batch.num_chunks)
+        found = restore(run_dir, step=group.chunk_offset + group.num_chunks)
     else:
         found = restore(run_dir, target=lambda meta: abstract_state(tr, meta["state_runs"]),
-                        accept=lambda meta: meta["batch"] == batch.index)
+                        accept=lambda meta: meta["group"] == group.index)
     if csv is not None:
-        k = batch.config.updates_per_chunk
+        k = group.config.updates_per_chunk
         for c in range(found.chunk):
-            csv.write(batch, *chunk_updates(batch.config, c),
+            csv.write(group, *chunk_updates(group.config, c),
                       {name: v[:, c * k:(c + 1) * k] for name, v in found.metrics.items()})
-    return dataclasses.replace(batch, resumed=Resumed(found.chunk, found.state, found.metrics))
+    return dataclasses.replace(group, resumed=Resumed(found.chunk, found.state, found.metrics))

@@ -21,13 +21,15 @@ from flax import struct
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxpo import diagnostics, envs, happo, losses, valuenorm
-from jaxpo.config import Config, Hyper
-from jaxpo.gae import gae
-from jaxpo.networks import ActorCritic
-from jaxpo.parallel import ENV_AXIS, make_mesh
-from jaxpo.rollout import RolloutState, critic_input_dim, minibatch_rows, reset, rollout, take_rows, to_sequences
-from jaxpo.support import ippo
+from jaxpo import envs
+
+from jaxpo.core import diagnostics, happo, losses, valuenorm
+from jaxpo.program.config import Config, Hyper
+from jaxpo.core.gae import gae
+from jaxpo.core.networks import ActorCritic
+from jaxpo.program.parallel import ENV_AXIS, make_mesh
+from jaxpo.core.rollout import RolloutState, critic_input_dim, minibatch_rows, reset, rollout, take_rows, to_sequences
+from jaxpo.core.support import ippo
 
 
 @struct.dataclass

@@ -43,16 +43,6 @@ def make_mesh(parallel: Parallel, devices: Sequence[jax.Device] | None = None) -
     return Mesh(np.asarray(devices), (parallel,), axis_types=(AxisType.Auto,))
 
 
-def varying(tree: Any, axis_name: str | None) -> Any:
-    """Inside ``shard_map``: every leaf typed as differing between the devices of
-    ``axis_name``. A scan carry built from per-device data must be, even where a value
-    is the same everywhere (an environment's constant ``terminated``, a fresh factor of
-    ones). The identity when ``axis_name`` is None."""
-    if axis_name is None:
-        return tree
-    cast = lambda x: x if axis_name in jax.typeof(x).mat.varying else jax.lax.pcast(x, (axis_name,), to="varying")
-    return jax.tree.map(cast, tree)
-
 
 def padded_size(num_runs: int, num_devices: int) -> int:
     """The smallest multiple of ``num_devices`` that holds ``num_runs`` runs."""

@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxpo.losses import mean_std, pmean
-from jaxpo.parallel import varying
-from jaxpo.rollout import minibatch_rows, take_rows
+from jaxpo.core.axes import pmean, varying
+from jaxpo.core.losses import mean_std
+from jaxpo.core.rollout import minibatch_rows, take_rows
 
 ActorApply = Callable[[Any, jax.Array, jax.Array], Any]  # -> a distribution (categorical or Gaussian)
 

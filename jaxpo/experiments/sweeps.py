@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import math
 import os
+import re
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
@@ -24,18 +25,19 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from jaxpo import checkpoint
-from jaxpo.config import Config, Hyper
-from jaxpo.driver import (RUN_COLUMNS, Batch, Hook, MetricsCSV, ProgressBar, Run, close_hooks, ensure_writable,
-                          env_steps_per_update, run_batch)
-from jaxpo.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict
-from jaxpo.guard import NanGuard
-from jaxpo.learner import Trainer, trainer
-from jaxpo.loggers import make_loggers, parse_loggers
-from jaxpo.parallel import agree, describe, is_main_process, padded_size
-from jaxpo.report import GROUP_STATS, group_statistics, plot_curves, run_summary, save_figure, write_csv, write_text
-from jaxpo.settings import Setting, settings, typed_spec
-from jaxpo.support import Support
+from jaxpo.core.support import Support
+from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict
+from jaxpo.experiments.settings import Setting, settings, typed_spec
+from jaxpo.program.config import Config, Hyper
+from jaxpo.program.learner import Trainer, trainer
+from jaxpo.program.parallel import agree, describe, is_main_process, padded_size
+from jaxpo.run import checkpoint
+from jaxpo.run.driver import run_group
+from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_steps_per_update
+from jaxpo.run.guard import NanGuard
+from jaxpo.run.loggers import MetricsCSV, ProgressBar, make_loggers, parse_loggers
+from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, run_summary, save_figure,
+                              write_atomic, write_csv, write_text)
 
 
 def free_memory_bytes(device: jax.Device | None = None) -> int:
@@ -65,8 +67,11 @@ def group_size(tr: Trainer, num_runs: int, requested: int | None) -> int:
 
 @dataclasses.dataclass
 class Program:
-    """The runs of one static config, and how they ran: groups of ``group_size`` runs,
-    ``compiles`` of the chunk, ``first_chunk_seconds`` (compile included)."""
+    """The runs of one static config (``settings``: each run's; ``hyper``: their traced
+    values), and how they ran:
+    groups of ``group_size`` runs, ``compiles`` of the chunk, ``first_chunk_seconds``
+    (compile included), the metrics ``[R, U]`` and the last group's final batched
+    ``state`` (padding included)."""
 
     config: Config
     num_updates: int
@@ -78,6 +83,10 @@ class Program:
     compiles: int = 0
     first_chunk_seconds: float = float("nan")
     metrics: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    state: Any = None
+    # The runs' traced values [R, ...], stacked once: every group then has the same
+    # support form (dense, or neighbour lists of one width K), so they all share the program.
+    hyper: Hyper | None = None
 
     @property
     def env_steps(self) -> np.ndarray:
@@ -125,12 +134,17 @@ def _plan(experiment: Experiment) -> list[Program]:
             program.runs.append(Run(run_id, f"{setting.label}/seed{seed}", setting.label, seed, setting.values))
             program.settings.append(setting)
             run_id += 1
+    for program in programs.values():
+        program.hyper = Hyper.stack([s.hyper for s in program.settings])
     return list(programs.values())
 
 
 def _default_name(experiment: Experiment, programs: list[Program]) -> str:
-    what = "sweep" if experiment.sweep.axes else programs[0].settings[0].support.name
-    return f"{experiment.config.env}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``<env>-<support or "sweep">-<time>``, of the characters ``[A-Za-z0-9._-]`` only
+    (``khop(k=1)`` -> ``khop_k1``), so a shell takes it unquoted."""
+    what = "sweep" if experiment.sweep.axes else programs[0].runs[0].setting
+    name = f"{experiment.config.env}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name.replace("=", "").replace(")", "")).strip("_")
 
 
 def load(experiment: Experiment | str | Mapping | None = None, **sections: Mapping[str, Any]) -> Experiment:
@@ -148,13 +162,16 @@ def load(experiment: Experiment | str | Mapping | None = None, **sections: Mappi
 @dataclasses.dataclass
 class Plan:
     """A checked experiment, ready to run: its programs (runs grouped by static config)
-    and its output directory (created and proven writable). Nothing is compiled yet.
-    ``resume``: the checkpoint it continues from (meta and metrics only)."""
+    and its output directory (created and proven writable; None: no files). Nothing is
+    compiled yet. ``resume``: the checkpoint it continues from (meta and metrics only).
+    ``described``: the experiment's sections describe every run's traced values (false
+    for ``jaxpo.train``'s own Hyper rows, which ``hyper.npz`` then holds)."""
 
     experiment: Experiment
     programs: list[Program]
-    out_dir: str
+    out_dir: str | None
     resume: checkpoint.Restored | None = None
+    described: bool = True
 
     @property
     def is_sweep(self) -> bool:
@@ -171,18 +188,28 @@ def plan(experiment: Experiment | str | Mapping | None = None, *, resume: bool =
     the experiment must equal the checkpoint's but for how it is run and logged (and
     ``run.steps``, for a run of one group)."""
     experiment = typed_spec(load(experiment, **sections))
-    programs = _plan(experiment)
+    return prepare(experiment, _plan(experiment), resume=resume)
+
+
+def prepare(experiment: Experiment, programs: list[Program], *, resume: bool = False, write: bool = True,
+            described: bool = True) -> Plan:
+    """The ``Plan`` of ``programs`` (the runs of ``experiment``, or ``jaxpo.train``'s):
+    its output directory (``write``: named, created and proven writable), group sizes,
+    and with ``resume`` the checkpoint it continues from, checked against the plan (the
+    one resume check of every door)."""
     if resume and not experiment.run.name:
         raise ValueError("resume needs the run's directory: run.name (and run.out)")
-    name = experiment.run.name or _default_name(experiment, programs)
-    out_dir = os.path.join(experiment.run.out, name)
+    out_dir = None
+    if write:
+        name = experiment.run.name or _default_name(experiment, programs)
+        out_dir = os.path.join(experiment.run.out, name)
+        experiment = experiment.replace(run={"name": name})
     latest = checkpoint.restore(out_dir) if resume else None
-    if is_main_process():
+    if out_dir is not None and is_main_process():
         ensure_writable(out_dir)
-    experiment = experiment.replace(run={"name": name})
     if latest is not None:
         sizes = checkpoint.check_resumable(latest.meta, to_dict(experiment), [len(p.runs) for p in programs],
-                                           [p.num_chunks for p in programs])
+                                           [p.num_chunks for p in programs], traced_digests(programs))
     else:
         sizes = [group_size(trainer(p.config), len(p.runs), experiment.run.runs_per_group) for p in programs]
         sizes = agree(sizes)  # free memory differs between hosts
@@ -190,7 +217,13 @@ def plan(experiment: Experiment | str | Mapping | None = None, *, resume: bool =
     for program, size in zip(programs, sizes):
         program.group_size, program.offset = int(size), offset
         offset += len(program.groups()) * program.num_chunks
-    return Plan(experiment, programs, out_dir, latest)
+    return Plan(experiment, programs, out_dir, latest, described)
+
+
+def traced_digests(programs: Sequence[Program]) -> list[dict[str, str]]:
+    """Per program, the digest of its runs' stacked traced values: a checkpoint resumes
+    only with identical ones."""
+    return [checkpoint.digest(p.hyper) for p in programs]
 
 
 def resume(run_dir: str, *, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = (),
@@ -204,9 +237,10 @@ def resume(run_dir: str, *, log: Callable[[str], None] | None = None, hooks: Seq
 def resume_experiment(run_dir: str, **sections: Mapping[str, Any]) -> Experiment:
     """The experiment saved in ``run_dir``'s latest checkpoint, with ``sections`` over it."""
     meta = checkpoint.restore(run_dir).meta
-    if "experiment" not in meta:
-        raise ValueError(f"the checkpoints in {run_dir!r} were written by jaxpo.train(); resume them with "
-                         f"jaxpo.train(..., out_dir={run_dir!r}, resume=True)")
+    if not meta.get("described", True):
+        raise ValueError(f"the runs in {run_dir!r} were given their traced values (Hyper rows) in Python, which its "
+                         f"experiment does not hold; resume them by calling jaxpo.train with the same arguments "
+                         f"and resume=True")
     run_dir = os.path.normpath(run_dir)
     base = from_dict(meta["experiment"], source=f"the checkpoint in {run_dir!r}")
     located = {"out": os.path.dirname(run_dir) or ".", "name": os.path.basename(run_dir)}
@@ -230,77 +264,104 @@ def sweep(experiment: Experiment | str | Mapping | None = None, *, log: Callable
 def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = ()) -> SweepResult:
     """Trains a ``Plan``: program after program, group after group, then the reports.
     In a multi-process run every process calls this; only the main one writes files
-    and logs (``hooks``, the NaN guard and checkpoints run on every process)."""
+    and logs (``hooks``, the NaN guard and checkpoints run on every process).
+
+    The standard hooks, in order: the loggers (``run.log``), the caller's ``hooks``,
+    the checkpointer (``run.checkpoint``: every group's final state, and every
+    ``run.checkpoint_every`` chunks), the progress bar. The NaN guard is a step of the
+    loop before them all (``jaxpo.run.guard``)."""
     writer = is_main_process()
     log = (log or (lambda line: None)) if writer else (lambda line: None)
     experiment, programs, out_dir, run = plan_.experiment, plan_.programs, plan_.out_dir, plan_.experiment.run
     trainers = [trainer(p.config) for p in programs]
-    context, loggers = to_dict(experiment), parse_loggers(run.log)
+    context = to_dict(experiment)
     logs: list[Hook] = []
     csv = None
-    if writer:
-        write_text(os.path.join(out_dir, "sweep.yaml" if plan_.is_sweep else "config.yaml"), dump_yaml(experiment))
+    if writer and out_dir is not None:
+        _write_experiment(plan_)
+        loggers = parse_loggers(run.log)
         if "csv" in loggers:
             metric_names = sorted({m for tr in trainers for m in tr.metric_names})
             csv = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names)
             logs.append(csv)
         logs += make_loggers(loggers, out_dir, context)
-    saver = None
     guard = NanGuard(run.on_nan, log=log, diverged=plan_.resume.meta.get("diverged") if plan_.resume else None)
-    if run.checkpoint_every:
-        meta = {"experiment": context, "program_runs": [len(p.runs) for p in programs],
-                "group_sizes": [p.group_size for p in programs], "diverged": guard.diverged}
+    saver = None
+    if run.checkpoint and out_dir is not None:
+        meta = {"experiment": context, "described": plan_.described, "program_runs": [len(p.runs) for p in programs],
+                "group_sizes": [p.group_size for p in programs], "traced": traced_digests(programs)}
         pinned = plan_.resume.meta["pinned"] if plan_.resume else ()
         saver = checkpoint.Checkpointer(out_dir, run.checkpoint_every, run.keep, meta, pinned)
-        guard.pin = saver.pin_latest
-    resume_at = plan_.resume.meta["batch"] if plan_.resume else -1
+    resume_at = plan_.resume.meta["group"] if plan_.resume else -1
     total = sum(len(p.groups()) * p.num_chunks for p in programs)
     done = plan_.resume.step if plan_.resume else 0
     bar = ProgressBar(total, "sweep" if plan_.is_sweep else "train", done) if run.progress and writer else None
-    # Order matters: a chunk is checked (diverged runs masked), logged, then checkpointed.
-    tail = [*([saver] if saver else []), *([bar] if bar else [])]
-    owned, hooks = [guard, *logs, *tail], [guard, *logs, *hooks, *tail]  # owned: made here, closed here
-    log(f"{sum(len(p.runs) for p in programs)} runs ({len({r.setting for p in programs for r in p.runs})} settings × "
-        f"{run.seeds} seeds) in {len(programs)} program(s); runs per group: "
-        f"{', '.join(str(p.group_size) for p in programs)}; {describe()}; writing to {out_dir}"
-        + (f"; resuming from checkpoint {plan_.resume.step} (batch {resume_at}, chunk {plan_.resume.chunk})"
+    tail = [h for h in (saver, bar) if h is not None]
+    owned, hooks = [*logs, *tail], [*logs, *hooks, *tail]  # owned: made here, closed here
+    num_runs = sum(len(p.runs) for p in programs)
+    num_settings = len({r.setting for p in programs for r in p.runs})
+    log(f"{num_runs} runs ({num_settings} settings × {num_runs // num_settings} seeds) in {len(programs)} program(s); "
+        f"runs per group: {', '.join(str(p.group_size) for p in programs)}; {describe()}"
+        + (f"; writing to {out_dir}" if out_dir is not None else "")
+        + (f"; resuming from checkpoint {plan_.resume.step} (group {resume_at}, chunk {plan_.resume.chunk})"
            if plan_.resume else ""))
     start = time.perf_counter()
     try:
         index = 0
         for program, tr in zip(programs, trainers):
-            index = _run_program(program, tr, hooks, index, resume_at, out_dir, csv)
+            index = _run_program(program, tr, hooks, guard, index, resume_at, out_dir, csv)
     finally:
         close_hooks(owned)
     result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start, dict(guard.diverged))
-    _write_reports(result, plan_.is_sweep, write=writer)
+    _write_reports(result, plan_.is_sweep, write=writer and out_dir is not None)
     return result
 
 
-def _run_program(program: Program, tr: Trainer, hooks: Sequence, index: int, resume_at: int, out_dir: str,
-                 csv: MetricsCSV | None) -> int:
+def _write_experiment(plan_: Plan) -> None:
+    """``config.yaml`` (``sweep.yaml`` for a sweep): the resolved experiment, which runs it
+    again. Runs given their own traced values (``jaxpo.train``) also get ``hyper.npz``
+    (every run's ``Hyper`` row, label and seed), and their file holds only the sections
+    that describe them (config, run)."""
+    experiment, out_dir = plan_.experiment, plan_.out_dir
+    if plan_.described:
+        write_text(os.path.join(out_dir, "sweep.yaml" if plan_.is_sweep else "config.yaml"), dump_yaml(experiment))
+        return
+    (program,) = plan_.programs
+    text = dump_yaml(experiment, sections=("config", "run"))
+    write_text(os.path.join(out_dir, "config.yaml"),
+               "# Trained by jaxpo.train with each run's traced values (Hyper rows) given in Python: they are in\n"
+               "# hyper.npz beside this file; the hyper and support sections here would not describe them.\n" + text)
+    rows = {name: np.asarray(leaf) for name, leaf in checkpoint.flatten_state(program.hyper).items()}
+
+    def save(path: str) -> None:
+        with open(path, "wb") as f:
+            np.savez(f, labels=np.array([r.label for r in program.runs]),
+                     seeds=np.array([r.seed for r in program.runs]), **rows)
+
+    write_atomic(os.path.join(out_dir, "hyper.npz"), save)
+
+
+def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard, index: int, resume_at: int,
+                 out_dir: str | None, csv: MetricsCSV | None) -> int:
     """Trains a program's runs group by group with one compiled chunk; fills its metrics.
-    Groups before batch ``resume_at`` are finished (their metrics come from their last
-    checkpoint), that one continues from the latest. Returns the next batch index."""
+    Groups before group ``resume_at`` are finished (their metrics come from their last
+    checkpoint), that one continues from the latest. Returns the next group index."""
     compiles_before = tr.compiles["chunk"]
     size = program.group_size
-    # Stacked once: every group then has the same support form (dense, or neighbour
-    # lists of one width K), so they all share the program.
-    all_hyper = Hyper.stack([s.hyper for s in program.settings])
     parts = []
     for g, lo in enumerate(program.groups()):
         runs = program.runs[lo:lo + size]
-        batch = Batch(program.config, runs, program.num_updates, index, program.offset + g * program.num_chunks)
+        group = Group(program.config, runs, program.num_updates, index, program.offset + g * program.num_chunks)
         index += 1
-        if batch.index <= resume_at:
-            batch = checkpoint.resume_batch(batch, tr, out_dir, csv, finished=batch.index < resume_at)
-            program.resumed_updates = batch.resumed.chunk * program.config.updates_per_chunk
-            if batch.resumed.chunk == batch.num_chunks:
-                parts.append(batch.resumed.metrics)
+        if group.index <= resume_at:
+            group = checkpoint.resume_group(group, tr, out_dir, csv, finished=group.index < resume_at)
+            program.resumed_updates = group.resumed.chunk * program.config.updates_per_chunk
+            if group.resumed.chunk == group.num_chunks:
+                parts.append(group.resumed.metrics)
                 continue
-        hyper = jax.tree.map(lambda x: x[lo:lo + size], all_hyper)
+        hyper = jax.tree.map(lambda x: x[lo:lo + size], program.hyper)
         seeds = np.array([r.seed for r in runs])
-        _, metrics, first = run_batch(tr, hyper, seeds, batch, hooks, pad_to=size)
+        program.state, metrics, first = run_group(tr, hyper, seeds, group, hooks, pad_to=size, guard=guard)
         if math.isnan(program.first_chunk_seconds):
             program.first_chunk_seconds = first
         parts.append(metrics)

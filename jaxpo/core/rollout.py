@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxpo.envs import AutoReset, TimeStep
-from jaxpo.networks import ActorCritic
-from jaxpo.parallel import varying
+from jaxpo.core.networks import ActorCritic
+from jaxpo.core.axes import varying
 
 CriticInput = Literal["local", "global", "agent"]
 CRITIC_INPUTS: tuple[str, ...] = get_args(CriticInput)

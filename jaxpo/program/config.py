@@ -26,14 +26,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxpo import envs, sparse
-from jaxpo.fields import choices, freeze, thaw, type_hints
-from jaxpo.losses import AdvNorm
-from jaxpo.networks import Activation
-from jaxpo.parallel import Parallel
-from jaxpo.rollout import CriticInput
-from jaxpo.sparse import SupportForm
-from jaxpo.support import Support
+from jaxpo import envs
+
+from jaxpo.core import sparse
+from jaxpo.program.fields import choices, coerce, freeze, plain, thaw, type_hints
+from jaxpo.core.losses import AdvNorm
+from jaxpo.core.networks import Activation
+from jaxpo.program.parallel import Parallel
+from jaxpo.core.rollout import CriticInput
+from jaxpo.core.sparse import SupportForm
+from jaxpo.core.support import Support
 
 AggregateIn = Literal["advantage", "reward"]
 Scheme = Literal["simultaneous", "sequential"]
@@ -176,6 +178,26 @@ class Config:
 
     def make_env(self) -> envs.Env:
         return _make_env(self.env, self.env_kwargs)
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """Plain data (YAML/JSON-ready) for every field of ``config``; ``config_from_dict``
+    reads it back to an equal ``Config``."""
+    values = {name: getattr(config, name) for name in type_hints(Config)}
+    return plain({**values, "env_kwargs": dict(config.env_kwargs)})
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "config") -> Config:
+    """A ``Config`` from plain data (defaults for missing fields); a ValueError names
+    ``source`` and the bad field."""
+    hints = type_hints(Config)
+    unknown = [k for k in data if k not in hints]
+    if unknown:
+        raise ValueError(f"{source}: unknown key config.{unknown[0]}; config has: {', '.join(hints)}")
+    try:
+        return Config(**{k: coerce(v, hints[k], f"config.{k}") for k, v in data.items()})
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
 
 
 @functools.lru_cache(maxsize=32)

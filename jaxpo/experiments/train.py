@@ -1,0 +1,204 @@
+"""``jaxpo.train``: R runs given in Python (a static ``Config``, their traced ``Hyper``
+rows and seeds) as a one-program experiment, run by the same plan → execute → hooks
+path as ``jaxpo.sweep`` and the CLI: the same files, checkpoints, resume check and
+standard hooks.
+
+The experiment a call becomes holds its config and how it runs. When its Hyper rows
+are exactly those an experiment's sections expand to (one setting: a preset support
+and shared scalars, as ``jaxpo.runs`` builds them), the experiment says so and the
+run directory is the CLI's, byte for byte; otherwise ``hyper.npz`` holds every run's
+row beside a ``config.yaml`` of the sections that describe it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from jaxpo.experiments.experiment import Experiment, RunSettings
+from jaxpo.experiments.settings import settings
+from jaxpo.experiments.sweeps import Program, SweepResult, execute, prepare
+from jaxpo.program.config import Config, Hyper
+from jaxpo.program.learner import TrainState, trainer
+from jaxpo.run.events import Hook, Run, env_steps_per_update, setting_of
+from jaxpo.run.report import FINAL_WINDOW, final_mean, plot_curves, save_figure
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What ``train`` returns.
+
+    Attributes:
+        config: the static config. labels: one name per run (R).
+        seeds: int [R]. hyper: the batched ``Hyper`` ``[R, ...]``.
+        metrics: name -> float64 [R, U] per train step.
+        env_steps: int [U] — environment steps per run after each train step.
+        state: final batched ``TrainState``.
+        out_dir: where the files were written (None if not written).
+        seconds: wall time of the run; compile_seconds: of the first chunk (incl. compile).
+        summary: per-run rows of ``summary.csv``; diverged: run id -> (update, metrics)
+            of the runs that turned non-finite (``on_nan="mask"``).
+    """
+
+    config: Config
+    labels: list[str]
+    seeds: np.ndarray
+    hyper: Hyper
+    metrics: dict[str, np.ndarray]
+    env_steps: np.ndarray
+    state: TrainState
+    out_dir: str | None
+    seconds: float
+    compile_seconds: float
+    summary: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    diverged: dict[int, tuple[int, list[str]]] = dataclasses.field(default_factory=dict)
+
+    def final(self, metric: str = "return", last: float = FINAL_WINDOW) -> np.ndarray:
+        """Mean of ``metric`` over the last ``last`` fraction of train steps, per run ``[R]``."""
+        return final_mean(self.metrics[metric], last)
+
+    def final_return(self, last: float = FINAL_WINDOW) -> np.ndarray:
+        """Mean return over the last ``last`` fraction of train steps, per run ``[R]``."""
+        return self.final("return", last)
+
+    def initial_return(self) -> np.ndarray:
+        """Return of the untrained policy (first train step's rollout), per run ``[R]``."""
+        return self.metrics["return"][:, 0]
+
+    def plot(self, path: str | None = None, metric: str = "return"):
+        """Learning curves, mean and 95% bootstrap band over each setting's seeds."""
+        settings_ = [setting_of(label) for label in self.labels]
+        ax = plot_curves(self.metrics[metric], self.env_steps, settings_, title=self.config.env, metric=metric)
+        return save_figure(ax.figure, path)
+
+
+def check_batch(config: Config, hyper: Hyper, seeds: Any, num_updates: Any, labels: Sequence[str] | None) -> tuple:
+    """Validates ``train``'s arguments before anything compiles; returns
+    ``(hyper [R, ...], seeds [R], labels)``."""
+    if not isinstance(config, Config):
+        raise ValueError(f"config must be a jaxpo.Config, got {type(config).__name__}")
+    if not isinstance(hyper, Hyper):
+        raise ValueError(f"hyper must be a jaxpo.Hyper (see jaxpo.runs / Hyper.stack), got {type(hyper).__name__}")
+    seeds = np.asarray(seeds, dtype=np.int64).reshape(-1)
+    if seeds.size == 0:
+        raise ValueError("seeds must hold at least one integer seed")
+    if (seeds < 0).any() or (seeds >= 2 ** 32).any():
+        raise ValueError(f"seeds must be integers in [0, 2**32), got {seeds.tolist()}")
+    num_runs = seeds.size
+    if isinstance(num_updates, bool) or not isinstance(num_updates, (int, np.integer)) or num_updates < 1 \
+            or num_updates % config.updates_per_chunk:
+        raise ValueError(f"num_updates must be a positive multiple of Config.updates_per_chunk "
+                         f"({config.updates_per_chunk}), got {num_updates!r}")
+    if np.ndim(hyper.S_A) == 2:  # one Hyper for every seed
+        hyper = Hyper.stack([hyper] * num_runs)
+    if np.ndim(hyper.S_A) != 3 or hyper.S_A.shape[0] != num_runs:
+        raise ValueError(f"hyper must be batched over {num_runs} runs (one per seed), got S_A {np.shape(hyper.S_A)}")
+    labels = list(labels) if labels is not None else [f"run{i}" for i in range(num_runs)]
+    if len(labels) != num_runs or not all(isinstance(label, str) and label for label in labels):
+        raise ValueError(f"labels must be {num_runs} non-empty strings (one per run), got {labels!r}")
+    if len(set(labels)) != num_runs:
+        raise ValueError(f"labels must be unique (they name the runs in every file), got {labels!r}")
+    num_agents = trainer(config).num_agents
+    if hyper.S_A.shape[1:] != (num_agents, num_agents):
+        raise ValueError(
+            f"support matrices are {hyper.S_A.shape[1]}x{hyper.S_A.shape[2]} but the environment "
+            f"{config.env!r} has {num_agents} agents"
+        )
+    return hyper, seeds, labels
+
+
+def _described(base: Experiment, hyper: Hyper, seeds: np.ndarray, labels: list[str]) -> Experiment | None:
+    """The experiment whose sections expand to exactly these runs (labels, seeds and
+    traced values, bitwise), when there is one: one setting of a preset support
+    (its label as ``jaxpo.runs`` names it) with shared scalars and consecutive seeds."""
+    setting = setting_of(labels[0])
+    preset = re.fullmatch(r"(ippo|mappo|happo|joint)|khop\(k=(\d+)\)", setting)
+    if preset is None or not np.array_equal(seeds, seeds[0] + np.arange(seeds.size)):
+        return None
+    support = {"preset": preset.group(1) or "khop", **({"kappa": int(preset.group(2))} if preset.group(2) else {})}
+    # float32 values as the shortest decimals that give them back (0.003, not 0.0030000000261)
+    scalars = {name: float(str(np.float32(np.asarray(getattr(hyper, name))[0]))) for name in Hyper.scalar_bounds()}
+    try:
+        candidate = base.replace(hyper=scalars, support=support, run={"seeds": int(seeds.size), "seed": int(seeds[0])})
+        (point,) = settings(candidate)
+    except ValueError:
+        return None
+    expected = [f"{point.label}/seed{s}" for s in seeds]
+    rows, given = (jax.tree_util.tree_flatten(h) for h in (Hyper.stack([point.hyper] * seeds.size), hyper))
+    same = rows[1] == given[1] and all(np.shape(a) == np.shape(b) and np.array_equal(a, b)
+                                       for a, b in zip(rows[0], given[0]))
+    return candidate if same and expected == labels else None
+
+
+def train(
+    config: Config,
+    hyper: Hyper,
+    seeds: Sequence[int] | np.ndarray,
+    *,
+    num_updates: int,
+    labels: Sequence[str] | None = None,
+    out_dir: str | None = None,
+    progress: bool = True,
+    hooks: Sequence[Hook] = (),
+    on_nan: str = "stop",
+    checkpoint: bool = True,
+    checkpoint_every: int = 0,
+    keep: int = 3,
+    resume: bool = False,
+    log: str = "csv",
+) -> TrainResult:
+    """Trains R runs for ``num_updates`` updates each in one compiled program.
+
+    Args:
+        config: static configuration.
+        hyper: batched ``Hyper`` with leading axis R (see ``jaxpo.runs`` / ``Hyper.stack``),
+            or a single ``Hyper`` used for every seed.
+        seeds: R integer seeds (one per run).
+        num_updates: train steps per run, a multiple of ``config.updates_per_chunk``.
+        labels: R unique run names for the files and plots (default ``run{i}``);
+            ``<setting>/seed<k>`` groups runs into settings.
+        out_dir: if given, the run directory: ``config.yaml``, ``metrics.csv`` (appended
+            per chunk), ``summary.csv``, ``groups.csv``, ``learning_curve.png`` and the
+            checkpoints, as ``jaxpo train`` writes them (by the main process only, in a
+            multi-process run). None: nothing is written.
+        progress: show a progress bar over chunks (main process only).
+        hooks: more ``Hook``s called after every chunk, on every process.
+        on_nan: a run turning non-finite raises ``NonFiniteError`` ("stop") or is masked
+            ("mask"; see ``jaxpo.run.guard``).
+        checkpoint: with ``out_dir``, save the final training state (``jaxpo.load_policy``,
+            eval, render and resume read it).
+        checkpoint_every: also save a checkpoint every this many chunks, keeping the last ``keep``.
+        resume: continue from ``out_dir``'s latest checkpoint (same config, hyper, seeds
+            and labels, or a ValueError naming the difference); ``num_updates`` may grow.
+        log: loggers for ``out_dir``, comma-separated: csv, tensorboard, wandb.
+
+    Raises:
+        ValueError: a bad argument (named), or a checkpoint that does not fit.
+        NonFiniteError: a run diverged with ``on_nan="stop"``.
+    """
+    hyper, seeds, labels = check_batch(config, hyper, seeds, num_updates, labels)
+    if (checkpoint_every or resume) and out_dir is None:
+        raise ValueError("checkpoint_every and resume need out_dir (where the checkpoints are)")
+    write = out_dir is not None
+    out, name = os.path.split(os.path.normpath(out_dir)) if write else (".", None)
+    run = RunSettings(steps=int(num_updates) * config.steps_per_update, seeds=int(seeds.size), out=out or ".",
+                      name=name, progress=progress, log=log, checkpoint=bool(checkpoint and write),
+                      checkpoint_every=checkpoint_every, keep=keep, on_nan=on_nan)
+    base = Experiment(config=config, run=run)
+    described = _described(base, hyper, seeds, labels)
+    runs = [Run(i, label, setting_of(label), int(seed)) for i, (label, seed) in enumerate(zip(labels, seeds))]
+    program = Program(config, int(num_updates), runs, [], hyper=hyper)
+    plan = prepare(described or base, [program], resume=resume, write=write, described=described is not None)
+    result: SweepResult = execute(plan, hooks=hooks)
+    return TrainResult(
+        config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=program.metrics,
+        env_steps=env_steps_per_update(config, num_updates), state=program.state, out_dir=plan.out_dir,
+        seconds=result.seconds, compile_seconds=program.first_chunk_seconds, summary=result.summary,
+        diverged=result.diverged,
+    )
+

@@ -1,0 +1,86 @@
+"""The driver: the host loop over compiled chunks.
+
+``run_group`` trains one group of runs that share a static ``Config`` in one compiled
+program: ``init_runs`` once, then ``chunk_runs`` chunk after chunk. Between chunks the
+metrics come to the host once (``[R, K]`` arrays, no per-update callback), the NaN
+guard checks them (a step of the loop: ``jaxpo.run.guard``) and every hook
+(``jaxpo.run.events.Hook``: loggers, checkpoints, evaluation, progress) sees them.
+Plans of many groups (``jaxpo.experiments.sweeps.execute``, behind ``jaxpo.train``,
+``jaxpo.sweep`` and the CLI) call it once per group.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxpo.program.config import Hyper
+from jaxpo.program.learner import TrainState, Trainer
+from jaxpo.program.parallel import gather, padded_size, put
+from jaxpo.run.events import ChunkEvent, Group, Hook, chunk_updates
+from jaxpo.run.guard import NanGuard
+
+
+def pad_runs(tree: Any, size: int) -> Any:
+    """Host leaves ``[R, ...] -> [size, ...]`` by repeating the last run (R ≤ size): a
+    group of fewer runs reuses the program compiled for ``size``, or fills every device;
+    padded rows are dropped after."""
+    def pad(x):
+        x = np.asarray(x)
+        return np.concatenate([x, np.repeat(x[-1:], size - x.shape[0], axis=0)])
+
+    return jax.tree.map(pad, tree)
+
+
+def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks: Sequence[Hook] = (),
+              pad_to: int | None = None, guard: NanGuard | None = None) -> tuple[TrainState, dict[str, np.ndarray], float]:
+    """Trains ``group`` (R runs: ``hyper`` ``[R, ...]``, ``seeds`` ``[R]``) for
+    ``group.num_updates`` updates, calling ``hooks`` after every chunk.
+
+    ``pad_to``: run the program compiled for that many runs (≥ R); either way the runs
+    are padded to a multiple of ``tr.run_multiple`` (the devices they are split over).
+    ``guard``: checks every chunk first (default: a stopping ``NanGuard``). A
+    ``group.resumed`` group starts from its state and chunk. Every process of a
+    multi-process run calls this with the same arguments. Returns the final batched
+    state (padding included; global arrays), metrics name -> float64 ``[R, U]`` (on
+    every process; diverged runs NaN from their divergence) and the seconds of the
+    first chunk run (compile included).
+    """
+    num_runs = len(seeds)
+    guard = guard or NanGuard()
+    size = padded_size(pad_to or num_runs, tr.run_multiple)
+    keys = np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.asarray(np.asarray(seeds), jnp.uint32)))
+    hyper, keys = put(pad_runs((hyper, keys), size), tr.run_sharding)
+    for hook in hooks:
+        hook.start(group)
+    start = time.perf_counter()
+    if group.resumed is None:
+        state, chunks, done = tr.init_runs(keys, hyper), [], 0
+    else:
+        state, chunks, done = group.resumed.state, [group.resumed.metrics], group.resumed.chunk
+    first_chunk_seconds = math.nan
+    for i in range(done, group.num_chunks):
+        state, metrics = tr.chunk_runs(state, hyper)
+        metrics = {k: np.asarray(v[:num_runs], np.float64) for k, v in gather(metrics).items()}
+        seconds = time.perf_counter() - start
+        if i == done:
+            first_chunk_seconds = seconds
+        updates, env_steps = chunk_updates(tr.config, i)
+        metrics, new = guard.check(group, updates, metrics, state.params)
+        chunks.append(metrics)
+        event = ChunkEvent(group, i, updates, env_steps, metrics, state, seconds, dict(guard.diverged), new)
+        if new:
+            for hook in hooks:
+                hook.diverge(event)
+            guard.report(event)
+        for hook in hooks:
+            hook.chunk(event)
+    for hook in hooks:
+        hook.end(group, state)
+    collected = {k: np.concatenate([c[k] for c in chunks], axis=1) for k in chunks[0]}
+    return state, collected, first_chunk_seconds
