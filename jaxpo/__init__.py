@@ -17,22 +17,29 @@ contract in ``pyproject.toml``, checked by ``lint-imports``):
     jaxpo.cli          the command line
 """
 
-__version__ = "0.1.0"
-
 import importlib
+from typing import TYPE_CHECKING
 
-from jaxpo import envs
-from jaxpo.core import losses, support
-from jaxpo.core.support import Support, make_support
-from jaxpo.experiments.experiment import Experiment, RunSettings, SupportSpec, SweepSpec, dump_yaml, load_yaml
-from jaxpo.experiments.sweeps import SweepResult, resume, runs, sweep
-from jaxpo.experiments.train import TrainResult, train
-from jaxpo.program.compile_cache import enable_compile_cache
-from jaxpo.program.config import Config, Hyper
-from jaxpo.program.learner import Trainer, TrainState, trainer
-from jaxpo.run.evaluate import Policy, evaluate, load_policy, render_episode
-from jaxpo.run.events import Hook
+from jaxpo._version import __version__
 
+# Every public name and the module that defines it. Imported on first use (PEP 562):
+# ``import jaxpo`` stays cheap, and the package's own modules import ``jaxpo.envs``
+# without pulling in every layer above them.
+PUBLIC = {
+    "envs": "jaxpo.envs",
+    "losses": "jaxpo.core.losses", "support": "jaxpo.core.support",
+    "Support": "jaxpo.core.support", "make_support": "jaxpo.core.support",
+    "Config": "jaxpo.program.config", "Hyper": "jaxpo.program.config",
+    "Trainer": "jaxpo.program.learner", "TrainState": "jaxpo.program.learner", "trainer": "jaxpo.program.learner",
+    "enable_compile_cache": "jaxpo.program.compile_cache",
+    "Hook": "jaxpo.run.events",
+    "Policy": "jaxpo.run.evaluate", "evaluate": "jaxpo.run.evaluate", "load_policy": "jaxpo.run.evaluate",
+    "render_episode": "jaxpo.run.evaluate",
+    **{name: "jaxpo.experiments.experiment"
+       for name in ("Experiment", "RunSettings", "SupportSpec", "SweepSpec", "dump_yaml", "load_yaml")},
+    **{name: "jaxpo.experiments.sweeps" for name in ("SweepResult", "resume", "runs", "sweep")},
+    "TrainResult": "jaxpo.experiments.train", "train": "jaxpo.experiments.train",
+}
 # Where each module of the flat layout of jaxpo 0.1 lives now: ``jaxpo.<module>`` still
 # names it (``from jaxpo import rollout``).
 MOVED = {
@@ -41,16 +48,36 @@ MOVED = {
     **{name: "run" for name in ("checkpoint", "driver", "evaluate", "events", "guard", "loggers", "report")},
     **{name: "experiments" for name in ("experiment", "settings", "sweeps")},
 }
+MODULES = {"envs", "losses", "support"}  # public names that are modules
 
 
 def __getattr__(name: str):
-    if name in MOVED:
-        return importlib.import_module(f"jaxpo.{MOVED[name]}.{name}")
-    raise AttributeError(f"module 'jaxpo' has no attribute {name!r}")
+    if name in PUBLIC:
+        module = importlib.import_module(PUBLIC[name])
+        value = module if name in MODULES else getattr(module, name)
+    elif name in MOVED:
+        value = importlib.import_module(f"jaxpo.{MOVED[name]}.{name}")
+    else:
+        raise AttributeError(f"module 'jaxpo' has no attribute {name!r}")
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
 
 
-__all__ = [
-    "Config", "Experiment", "Hook", "Hyper", "Policy", "RunSettings", "Support", "SupportSpec", "SweepResult", "SweepSpec",
-    "Trainer", "TrainResult", "TrainState", "dump_yaml", "enable_compile_cache", "envs", "evaluate", "load_policy",
-    "load_yaml", "losses", "make_support", "render_episode", "resume", "runs", "support", "sweep", "train", "trainer",
-]
+def __dir__() -> list[str]:
+    return sorted({*globals(), *PUBLIC, *MOVED})
+
+
+if TYPE_CHECKING:  # what editors and type checkers see
+    from jaxpo import envs
+    from jaxpo.core import losses, support
+    from jaxpo.core.support import Support, make_support
+    from jaxpo.experiments.experiment import Experiment, RunSettings, SupportSpec, SweepSpec, dump_yaml, load_yaml
+    from jaxpo.experiments.sweeps import SweepResult, resume, runs, sweep
+    from jaxpo.experiments.train import TrainResult, train
+    from jaxpo.program.compile_cache import enable_compile_cache
+    from jaxpo.program.config import Config, Hyper
+    from jaxpo.program.learner import Trainer, TrainState, trainer
+    from jaxpo.run.evaluate import Policy, evaluate, load_policy, render_episode
+    from jaxpo.run.events import Hook
+
+__all__ = sorted(PUBLIC)

@@ -33,7 +33,7 @@ Typical use, on a state mid-training::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -41,19 +41,33 @@ import jax.numpy as jnp
 from jaxpo.core import losses
 from jaxpo.core.axes import varying
 
-if TYPE_CHECKING:
-    from jaxpo.program.config import Hyper
-    from jaxpo.program.learner import Trainer
+
+class Replay(Protocol):
+    """What the diagnostics need of a learner (``jaxpo.Trainer`` is one): its agent
+    count, the mapped device axis of a data-parallel run (None: one device), and the
+    replay of stored samples under given actor parameters."""
+
+    num_agents: int
+    axis: str | None
+
+    def log_probs(self, actor_params: Any, batch: Any) -> jax.Array:
+        """``[L * b, N]`` log-probabilities of the stored actions of b sequences ``[b, L, N, ...]``."""
+
+    def flat_time_major(self, x: jax.Array) -> jax.Array:
+        """``[b, L, N] -> [L * b, N]``, the rows in the order of ``log_probs``."""
+
+
+Hyper = Any  # the run's traced values (jaxpo.Hyper): S_R and clip_eps are read
 
 # Elements of one scan step's per-sample, per-agent gradients (bounds the memory).
 _CHUNK_ELEMENTS = 1 << 24
 
 
-def sample_gradients(tr: Trainer, actor_params: Any, samples: Any, advantages: jax.Array, hyper: Hyper) -> Any:
+def sample_gradients(tr: Replay, actor_params: Any, samples: Any, advantages: jax.Array, hyper: Hyper) -> Any:
     """Each sample's per-agent policy gradient ``g_bk`` (module docstring).
 
     Args:
-      tr: the ``Trainer`` of the run's config.
+      tr: the run's learner (``Replay``; e.g. the ``Trainer`` of its config).
       actor_params: the actor parameters to differentiate at (one run's).
       samples: b samples, leaves ``[b, L, N, ...]`` (``Trainer.training_data``'s sequences).
       advantages: ``[b, L, N]`` the term advantages Â (aggregated, normalised).
@@ -89,11 +103,11 @@ def _sum(x: jax.Array, axis_name: str | None) -> jax.Array:
     return x if axis_name is None else jax.lax.psum(x, axis_name)
 
 
-def policy_gradient_stats(tr: Trainer, actor_params: Any, data: Any, hyper: Hyper) -> dict[str, jax.Array]:
+def policy_gradient_stats(tr: Replay, actor_params: Any, data: Any, hyper: Hyper) -> dict[str, jax.Array]:
     """Per-agent signal, variance and SNR of the policy gradient (module docstring).
 
     Args:
-      tr: the ``Trainer`` of the run's config.
+      tr: the run's learner (``Replay``; e.g. the ``Trainer`` of its config).
       actor_params: the actor parameters (usually θ_old: the state's, before the update).
       data: ``(samples, advantages, targets)`` as ``Trainer.training_data`` / ``collect``
         return them (leaves ``[S, L, ...]``); targets are not read. Data parallel, each
@@ -142,7 +156,7 @@ def weight_stats(moments: dict[str, jax.Array], clip_frac: jax.Array) -> dict[st
             "max": moments["rho_max"], "clip_frac": clip_frac}
 
 
-def importance_weight_stats(tr: Trainer, actor_params: Any, data: Any, hyper: Hyper) -> dict[str, jax.Array]:
+def importance_weight_stats(tr: Replay, actor_params: Any, data: Any, hyper: Hyper) -> dict[str, jax.Array]:
     """Statistics of the term importance weights ``ρ̄_i`` of every (sample, term) of
     ``data`` under ``actor_params`` against the behaviour policy that collected it.
 
@@ -160,7 +174,7 @@ def importance_weight_stats(tr: Trainer, actor_params: Any, data: Any, hyper: Hy
     return weight_stats(moments, moments["clip_frac"])
 
 
-def training_metrics(tr: Trainer, actor_params: Any, data: Any, hyper: Hyper,
+def training_metrics(tr: Replay, actor_params: Any, data: Any, hyper: Hyper,
                      moments: dict[str, jax.Array], clip_frac: jax.Array) -> dict[str, jax.Array]:
     """The metrics ``Config(diagnostics=True)`` adds to a train step.
 
@@ -182,6 +196,6 @@ def training_metrics(tr: Trainer, actor_params: Any, data: Any, hyper: Hyper,
     per_epoch = {name: jnp.max(m, 1) if name == "rho_max" else jnp.mean(m, 1) for name, m in moments.items()}
     stats = weight_stats(per_epoch, jnp.mean(clip_frac, 1))
     short = {"mean": "mean", "variance": "var", "max": "max", "clip_frac": "clip"}
-    for epoch in range(tr.config.num_epochs):
+    for epoch in range(clip_frac.shape[0]):
         metrics.update({f"rho_{short[name]}_e{epoch + 1}": value[epoch] for name, value in stats.items()})
     return metrics

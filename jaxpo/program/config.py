@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxpo import envs
+import jaxpo.envs as envs
 
 from jaxpo.core import sparse
 from jaxpo.program.fields import choices, coerce, freeze, plain, thaw, type_hints

@@ -21,7 +21,7 @@ from flax import struct
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxpo import envs
+import jaxpo.envs as envs
 
 from jaxpo.core import diagnostics, happo, losses, valuenorm
 from jaxpo.program.config import Config, Hyper

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpo._version import __version__
 from jaxpo.program.config import Config, config_from_dict, config_to_dict
 from jaxpo.program.learner import trainer
 from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed, chunk_updates
@@ -63,8 +64,6 @@ logging.getLogger("absl").addFilter(_QuietReadOnly())
 
 
 def _version() -> str:
-    from jaxpo import __version__
-
     return __version__
 
 
