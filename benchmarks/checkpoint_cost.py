@@ -24,6 +24,7 @@ import jax
 
 import jaxpo
 from jaxpo.run import checkpoint
+from jaxpo.run.events import ChunkEvent, Group
 from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes
 
 
@@ -62,10 +63,10 @@ def main() -> None:
     size = dir_mib(os.path.join(checkpoint.checkpoint_dir(run_dir), str(step)))
     state = checkpoint.restore(run_dir, target=checkpoint.trained_target).state
     saver = checkpoint.Checkpointer(os.path.join(out, "timing"), every=1)
-    batch = jaxpo.driver.Batch(program.config, program.runs, 1)
+    group = Group(program.config, program.runs, 1)
     metrics = {k: v[:, :1] for k, v in program.metrics.items()}
-    event = jaxpo.driver.ChunkEvent(batch, 0, program.env_steps[:1], program.env_steps[:1], metrics, state, 0.0)
-    saver.start(batch)
+    event = ChunkEvent(group, 0, program.env_steps[:1], program.env_steps[:1], metrics, state, 0.0)
+    saver.start(group)
     start = time.perf_counter()
     saver.chunk(event)
     blocking = time.perf_counter() - start

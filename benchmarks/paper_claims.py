@@ -1,4 +1,4 @@
-"""The analysis's three claims (``DESIGN.md`` §1), measured with jaxpo.
+"""The analysis's three claims (``docs/design.md`` §1), measured with jaxpo.
 
 Run:  python benchmarks/paper_claims.py                        # all three, full size (~1.5 h on 2 CPU cores)
       python benchmarks/paper_claims.py --claims 2 3 --quick   # small versions (what the notebook runs)
@@ -55,7 +55,7 @@ from jaxpo import Config, Experiment, Hyper, envs, runs, train
 from jaxpo.core import diagnostics, losses, support
 
 from jaxpo.run import report
-from jaxpo.program.learner import Trainer
+from jaxpo.program.compiled import Trainer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -71,7 +71,7 @@ def measure(args) -> dict:
             now = time.perf_counter()
             if self.last is not None:
                 self.steady += now - self.last
-                self.env_steps += len(event.batch.runs) * len(event.updates) * event.batch.config.steps_per_update
+                self.env_steps += len(event.group.runs) * len(event.updates) * event.group.config.steps_per_update
             self.last = now
 
     num_runs = args.runs[0]

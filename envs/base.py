@@ -1,4 +1,4 @@
-"""The array environment protocol (DESIGN.md §3) and auto-reset.
+"""The array environment protocol (docs/design.md §3) and auto-reset.
 
 Every jaxpo environment is a pair of pure functions over arrays with the agents
 stacked on one axis — no dict-of-agents on the hot path:

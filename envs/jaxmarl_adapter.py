@@ -1,4 +1,4 @@
-"""JaxMARL environments in jaxpo's array protocol (DESIGN.md §3).
+"""JaxMARL environments in jaxpo's array protocol (docs/design.md §3).
 
 :class:`JaxMARLAdapter` wraps a JaxMARL ``MultiAgentEnv`` with discrete or
 continuous (``Box``) actions so that it speaks dicts-of-agents on the inside and

@@ -30,7 +30,7 @@ PUBLIC = {
     "losses": "jaxpo.core.losses", "support": "jaxpo.core.support",
     "Support": "jaxpo.core.support", "make_support": "jaxpo.core.support",
     "Config": "jaxpo.program.config", "Hyper": "jaxpo.program.config",
-    "Trainer": "jaxpo.program.learner", "TrainState": "jaxpo.program.learner", "trainer": "jaxpo.program.learner",
+    "Trainer": "jaxpo.program.compiled", "trainer": "jaxpo.program.compiled", "TrainState": "jaxpo.program.learner",
     "enable_compile_cache": "jaxpo.program.compile_cache",
     "Hook": "jaxpo.run.events",
     "Policy": "jaxpo.run.evaluate", "evaluate": "jaxpo.run.evaluate", "load_policy": "jaxpo.run.evaluate",
@@ -44,7 +44,7 @@ PUBLIC = {
 # names it (``from jaxpo import rollout``).
 MOVED = {
     **{name: "core" for name in ("axes", "diagnostics", "gae", "happo", "networks", "rollout", "sparse", "valuenorm")},
-    **{name: "program" for name in ("compile_cache", "config", "fields", "learner", "parallel")},
+    **{name: "program" for name in ("compile_cache", "compiled", "config", "fields", "learner", "parallel")},
     **{name: "run" for name in ("checkpoint", "driver", "evaluate", "events", "guard", "loggers", "report")},
     **{name: "experiments" for name in ("experiment", "settings", "sweeps")},
 }
@@ -76,7 +76,8 @@ if TYPE_CHECKING:  # what editors and type checkers see
     from jaxpo.experiments.train import TrainResult, train
     from jaxpo.program.compile_cache import enable_compile_cache
     from jaxpo.program.config import Config, Hyper
-    from jaxpo.program.learner import Trainer, TrainState, trainer
+    from jaxpo.program.compiled import Trainer, trainer
+    from jaxpo.program.learner import TrainState
     from jaxpo.run.evaluate import Policy, evaluate, load_policy, render_episode
     from jaxpo.run.events import Hook
 

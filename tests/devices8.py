@@ -18,7 +18,8 @@ import numpy as np
 from jaxpo import Config, Hyper, trainer
 
 from jaxpo.core import support
-from jaxpo.run.driver import Batch, Run, run_batch
+from jaxpo.run.driver import run_group
+from jaxpo.run.events import ChunkEvent, Group, Run
 from jaxpo.program.parallel import put
 
 COLLECTIVES = r"all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter|collective-broadcast"
@@ -58,9 +59,9 @@ def run(config: Config, num_runs: int, devices=None, pad_to=None):
     tr = trainer(config, devices)
     hyper = Hyper.stack([Hyper.create(support.ippo(tr.num_agents), lr=float(1e-3 * (1 + r % 3))) for r in range(num_runs)])
     seeds = np.arange(num_runs)
-    batch = Batch(config, [Run(r, f"run{r}", "s", int(s)) for r, s in enumerate(seeds)], UPDATES)
+    group = Group(config, [Run(r, f"run{r}", "s", int(s)) for r, s in enumerate(seeds)], UPDATES)
     start = time.perf_counter()
-    state, metrics, _ = run_batch(tr, hyper, seeds, batch, pad_to=pad_to)
+    state, metrics, _ = run_group(tr, hyper, seeds, group, pad_to=pad_to)
     SECONDS.append(round(time.perf_counter() - start, 1))
     return tr, state, metrics
 
@@ -95,17 +96,16 @@ def checkpoint_roundtrip(tr, state, metrics) -> dict:
     import tempfile
 
     from jaxpo.run import checkpoint
-    from jaxpo.run.driver import ChunkEvent
 
     directory = tempfile.mkdtemp()
     size = jax.tree.leaves(state)[0].shape[0]
-    batch = Batch(tr.config, [Run(r, f"run{r}", "s", r) for r in range(len(metrics["return"]))], UPDATES)
+    group = Group(tr.config, [Run(r, f"run{r}", "s", r) for r in range(len(metrics["return"]))], UPDATES)
     saver = checkpoint.Checkpointer(directory, every=1)
-    saver.start(batch)
+    saver.start(group)
     updates = np.arange(1, UPDATES + 1)
-    saver.chunk(ChunkEvent(batch, batch.num_chunks - 1, updates, updates, metrics, state, 0.0))
+    saver.chunk(ChunkEvent(group, group.num_chunks - 1, updates, updates, metrics, state, 0.0))
     saver.close()
-    target = lambda tr_: (lambda meta: checkpoint.abstract_state(tr_, meta["state_runs"]))
+    target = lambda tr_: (lambda meta: tr_.abstract_state(meta["state_runs"]))
     restored = checkpoint.restore(directory, target=target(tr)).state
     one = checkpoint.restore(directory, target=target(trainer(tr.config, jax.devices()[:1]))).state
     hyper = put(Hyper.stack([Hyper.create(support.ippo(tr.num_agents))] * size), tr.run_sharding)

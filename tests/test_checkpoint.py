@@ -130,14 +130,16 @@ def test_resume_refuses_what_would_not_be_the_same_run(straight, tmp_path, capsy
     run_dir = str(tmp_path / "copy")
     shutil.copytree(straight_dir, run_dir)
     cases = [
-        (["--num-envs", "16"], "config.num_envs: checkpoint 8, now 16"),
+        (["--num-envs", "16"], "--num-envs: checkpoint 8, now 16"),  # the library's config.num_envs, as a flag
         (["--seeds", "3"], "the number of runs differs (checkpoint 2, now 3)"),
-        (["--lr", "0.01"], "hyper.lr: checkpoint 0.003, now 0.01"),
+        (["--lr", "0.01"], "--lr: checkpoint 0.003, now 0.01"),
         (["--name", "other"], "give it without --out and --name"),
     ]
     for flags, message in cases:
         assert cli.main(["train", "--resume", run_dir, *flags]) == 2
         assert message in capsys.readouterr().err, flags
+    with pytest.raises(ValueError, match="config.num_envs: checkpoint 8, now 16"):  # Python names the field
+        resume(run_dir, config={"num_envs": 16})
 
     # a checkpoint written by an incompatible jaxpo version
     latest = checkpoint.steps(run_dir)[-1]
@@ -215,10 +217,10 @@ def test_the_python_train_api_checkpoints_resumes_and_guards(tmp_path):
         np.testing.assert_array_equal(x, y)
     assert open(tmp_path / "a" / "metrics.csv").read() == open(tmp_path / "b" / "metrics.csv").read()
 
-    with pytest.raises(ValueError, match="were written by jaxpo.train"):
+    with pytest.raises(ValueError, match=r"were given their traced values \(Hyper rows\) in Python"):
         resume(str(tmp_path / "b"))
     other, _, _ = jaxpo.runs(jaxpo.support.ippo(8), seeds=[0, 1], lr=1e-2)
-    with pytest.raises(ValueError, match="cannot resume: the batch differs from the checkpoint's in hyper.lr"):
+    with pytest.raises(ValueError, match=r"cannot resume: the experiment differs from the checkpoint's in the traced values of program 0 \(lr\)"):
         jaxpo.train(config, other, seeds, num_updates=8, out_dir=str(tmp_path / "b"), resume=True, **common)
     diverging, _, _ = jaxpo.runs(jaxpo.support.ippo(8), seeds=[0, 1], lr=1e30)
     with pytest.raises(jaxpo.guard.NonFiniteError, match=r"run 0 \(ippo/seed0\) became non-finite by update 1"):

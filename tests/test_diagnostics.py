@@ -13,7 +13,7 @@ import pytest
 from jaxpo import Config, Hyper
 
 from jaxpo.core import diagnostics, losses, support
-from jaxpo.program.learner import Trainer
+from jaxpo.program.compiled import Trainer
 
 SMALL = dict(env="public_goods", env_kwargs={"num_agents": 3}, num_envs=2, num_steps=4, num_epochs=1,
              num_minibatches=1, hidden=(8,), updates_per_chunk=1)

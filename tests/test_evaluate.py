@@ -11,7 +11,7 @@ import pytest
 import jaxpo
 from jaxpo import cli
 from jaxpo.run.evaluate import Policy, episode_frames
-from jaxpo.program.learner import trainer
+from jaxpo.program.compiled import trainer
 from jaxpo.run.report import read_csv
 
 

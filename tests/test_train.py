@@ -183,6 +183,6 @@ def test_unknown_env_is_a_clear_error():
 def test_public_api():
     from jaxpo.experiments import sweeps
     from jaxpo.program import config
-    from jaxpo.run import driver
+    from jaxpo.experiments import train
 
-    assert jaxpo.train is driver.train and jaxpo.Config is config.Config and jaxpo.sweep is sweeps.sweep
+    assert jaxpo.train is train.train and jaxpo.Config is config.Config and jaxpo.sweep is sweeps.sweep

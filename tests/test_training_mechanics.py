@@ -18,8 +18,8 @@ from jaxpo import Config, Hyper
 
 from jaxpo.core import happo, losses, support
 
-from jaxpo.program import learner
-from jaxpo.program.learner import Trainer
+from jaxpo.program.compiled import Trainer, trainer
+from jaxpo.program.learner import Learner
 
 SMALL = dict(num_envs=4, num_steps=8, num_epochs=2, num_minibatches=2, hidden=(16,))
 
@@ -47,7 +47,7 @@ def test_exact_happo_draws_a_fresh_agent_order_every_update(monkeypatch):
 
 def test_every_minibatch_row_is_one_whole_transition(monkeypatch):
     full, rows = [], []
-    real_loss, real_advantages = losses.ppo_loss, Trainer.advantages
+    real_loss, real_advantages = losses.ppo_loss, Learner.advantages
 
     def loss_spy(**kwargs):
         jax.debug.callback(lambda a, lp: rows.append(np.concatenate([a, lp], axis=1)),
@@ -62,7 +62,7 @@ def test_every_minibatch_row_is_one_whole_transition(monkeypatch):
         return advantages, targets
 
     monkeypatch.setattr(losses, "ppo_loss", loss_spy)
-    monkeypatch.setattr(Trainer, "advantages", advantages_spy)
+    monkeypatch.setattr(Learner, "advantages", advantages_spy)
     config = Config(env="MPE_simple_spread_v3", updates_per_chunk=1, **SMALL)
     tr = Trainer(config)
     hyper = Hyper.create(support.joint(3))  # S_R = 11ᵀ: each term is the product of all 3 ratios
@@ -81,7 +81,7 @@ def test_every_minibatch_row_is_one_whole_transition(monkeypatch):
 
 def test_the_entropy_coefficient_reaches_the_trained_update():
     config = Config(env="MPE_simple_spread_v3", updates_per_chunk=1, **SMALL)
-    tr = learner.trainer(config)
+    tr = trainer(config)
     hyper = Hyper.stack([Hyper.create(support.mappo(3), ent_coef=c) for c in (0.0, 0.0, 1.0)])
     keys = jnp.stack([jax.random.PRNGKey(0)] * 3)
     state, metrics = tr.chunk_runs(tr.init_runs(keys, hyper), hyper)

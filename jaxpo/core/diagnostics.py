@@ -1,5 +1,5 @@
 """What the analysis says to watch: each agent's policy-gradient noise and the
-importance weights' drift (``DESIGN.md`` §1).
+importance weights' drift (``docs/design.md`` §1).
 
 Aggregating m agents in the advantage (S_A) sums m advantage noises into each term;
 aggregating them in the ratio (S_R) multiplies m likelihood ratios into its weight,

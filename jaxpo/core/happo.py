@@ -38,7 +38,7 @@ import optax
 
 from jaxpo.core.axes import pmean, varying
 from jaxpo.core.losses import mean_std
-from jaxpo.core.rollout import minibatch_rows, take_rows
+from jaxpo.core.rollout import epochs
 
 ActorApply = Callable[[Any, jax.Array, jax.Array], Any]  # -> a distribution (categorical or Gaussian)
 
@@ -198,12 +198,8 @@ def sequential_actor_trace(
         params_m, opt_m = take(params, m), take(opt, m)
         agent_data = (*take(data, m), factor)
 
-        def epoch(carry, epoch_key):
-            rows = minibatch_rows(epoch_key, jax.tree.leaves(agent_data)[0].shape[0], num_minibatches)
-            return jax.lax.scan(lambda c, r: minibatch_step(c, take_rows(agent_data, r)), carry, rows)
-
-        epoch_keys = jax.random.split(agent_keys[m], num_epochs)
-        (params_m, opt_m), metrics = jax.lax.scan(epoch, (params_m, opt_m), epoch_keys)
+        (params_m, opt_m), metrics = epochs(minibatch_step, (params_m, opt_m), agent_data, agent_keys[m], num_epochs,
+                                            num_minibatches)
 
         # Unclipped new/old ratio of the updated agent on the whole batch.
         obs_m, mask_m, action_m, old_lp, _, extra = agent_data[:6]

@@ -128,6 +128,22 @@ def take_rows(data: Any, rows: jax.Array) -> Any:
     return jax.tree.map(lambda x: x[rows], data)
 
 
+def epochs(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, data: Any, key: jax.Array, num_epochs: int,
+           num_minibatches: int) -> tuple[Any, Any]:
+    """``num_epochs`` × ``num_minibatches`` calls ``carry, metrics = step(carry, minibatch)``
+    on minibatches of ``data`` (leaves ``[B, ...]``), reshuffled every epoch: epoch e
+    permutes with ``split(key, num_epochs)[e]`` (``minibatch_rows``). The one epoch loop
+    of both update schemes. Returns ``(carry, metrics)``, metrics leaves
+    ``[num_epochs, num_minibatches, ...]``."""
+    batch_size = jax.tree.leaves(data)[0].shape[0]
+
+    def epoch(carry, epoch_key):
+        rows = minibatch_rows(epoch_key, batch_size, num_minibatches)
+        return jax.lax.scan(lambda c, r: step(c, take_rows(data, r)), carry, rows)
+
+    return jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
+
+
 def to_sequences(x: jax.Array, seq_len: int) -> jax.Array:
     """``[T, E, ...] -> [T / L * E, L, ...]``: every environment's rollout cut into
     consecutive sequences of L = ``seq_len`` steps (sequence index = chunk · E + env)."""

@@ -1,6 +1,6 @@
 """Support matrices (S_A, S_R): presets, validation, signal and canonical form.
 
-DESIGN.md §1. With N agents:
+docs/design.md §1. With N agents:
 
 * ``S_A[i, j]`` (non-negative) is the weight of agent j's advantage in the credit of
   objective term i: ``Â_i = Σ_j S_A[i, j] · A_j``.
@@ -231,7 +231,7 @@ def happo(n: int, order: Sequence[int] | np.ndarray | None = None, seed: int = 0
     the product of the ratios of i and every agent before it. ``order`` is a
     permutation of ``range(n)`` (``order[0]`` first); when None, it is
     ``np.random.default_rng(seed).permutation(n)``. (Exact sequential HAPPO is an
-    update scheme, not a matrix; see DESIGN.md §1.)
+    update scheme, not a matrix; see docs/design.md §1.)
     """
     n = _check_positive_int(n, "n")
     if order is None:

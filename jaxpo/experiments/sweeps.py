@@ -29,7 +29,7 @@ from jaxpo.core.support import Support
 from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict
 from jaxpo.experiments.settings import Setting, settings, typed_spec
 from jaxpo.program.config import Config, Hyper
-from jaxpo.program.learner import Trainer, trainer
+from jaxpo.program.compiled import Trainer, trainer
 from jaxpo.program.parallel import agree, describe, is_main_process, padded_size
 from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group

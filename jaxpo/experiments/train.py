@@ -24,7 +24,8 @@ from jaxpo.experiments.experiment import Experiment, RunSettings
 from jaxpo.experiments.settings import settings
 from jaxpo.experiments.sweeps import Program, SweepResult, execute, prepare
 from jaxpo.program.config import Config, Hyper
-from jaxpo.program.learner import TrainState, trainer
+from jaxpo.program.compiled import trainer
+from jaxpo.program.learner import TrainState
 from jaxpo.run.events import Hook, Run, env_steps_per_update, setting_of
 from jaxpo.run.report import FINAL_WINDOW, final_mean, plot_curves, save_figure
 
@@ -99,8 +100,10 @@ def check_batch(config: Config, hyper: Hyper, seeds: Any, num_updates: Any, labe
     if np.ndim(hyper.S_A) != 3 or hyper.S_A.shape[0] != num_runs:
         raise ValueError(f"hyper must be batched over {num_runs} runs (one per seed), got S_A {np.shape(hyper.S_A)}")
     labels = list(labels) if labels is not None else [f"run{i}" for i in range(num_runs)]
-    if len(labels) != num_runs or not all(isinstance(label, str) and label for label in labels):
-        raise ValueError(f"labels must be {num_runs} non-empty strings (one per run), got {labels!r}")
+    if len(labels) != num_runs:
+        raise ValueError(f"labels must have one entry per run ({num_runs}), got {len(labels)}")
+    if not all(isinstance(label, str) and label for label in labels):
+        raise ValueError(f"labels must be non-empty strings, got {labels!r}")
     if len(set(labels)) != num_runs:
         raise ValueError(f"labels must be unique (they name the runs in every file), got {labels!r}")
     num_agents = trainer(config).num_agents

@@ -2,34 +2,30 @@
 
 One train step = rollout → per-agent GAE → S_A aggregation → epochs × minibatches of
 the support-matrix PPO update (or exact sequential HAPPO). A chunk is a ``lax.scan``
-of K steps; ``Trainer.init_runs`` / ``chunk_runs`` are their jitted forms vmapped over
-a leading run axis R and laid out on a device mesh (``jaxpo.parallel``): the runs
-split over the devices, or each run's environments split over them. Nothing here
-touches the host: the driver (``jaxpo.driver``) loops over chunks.
+of K steps. Everything here is a function of arrays for one run: no device, mesh,
+jit or host. ``jaxpo.program.compiled.Trainer`` vmaps these over runs, lays them out
+on devices and compiles them; evaluation builds a ``Learner`` alone (its env and
+networks). A data-parallel program maps the learner over a named device axis
+(``axis``): its statistics, loss and metrics are then averaged over it.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 import jaxpo.envs as envs
-
 from jaxpo.core import diagnostics, happo, losses, valuenorm
-from jaxpo.program.config import Config, Hyper
+from jaxpo.core.axes import pmean, pmean_metrics
 from jaxpo.core.gae import gae
 from jaxpo.core.networks import ActorCritic
-from jaxpo.program.parallel import ENV_AXIS, make_mesh
-from jaxpo.core.rollout import RolloutState, critic_input_dim, minibatch_rows, reset, rollout, take_rows, to_sequences
-from jaxpo.core.support import ippo
+from jaxpo.core.rollout import RolloutState, critic_input_dim, epochs, reset, rollout, to_sequences
+from jaxpo.program.config import Config, Hyper
 
 
 @struct.dataclass
@@ -44,44 +40,27 @@ class TrainState:
     update: jax.Array  # int32 [] — train steps done
 
 
-# XLA options of the init program (see Trainer.__init__).
-INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
-
-
 def _optimizer(hyper: Hyper) -> optax.GradientTransformation:
     # Built inside the traced function: lr and max_grad_norm are traced arrays.
     return optax.chain(optax.clip_by_global_norm(hyper.max_grad_norm), optax.adam(hyper.lr, eps=1e-5))
 
 
-class Trainer:
-    """The compiled training program for one static ``Config``.
+class Learner:
+    """The pure learner of one static ``Config`` (all its functions vmappable over runs):
 
-    Pure functions (all vmappable over runs):
       ``init(key, hyper) -> TrainState``
       ``step(state, hyper) -> (state, metrics)`` — one train step: rollout → GAE →
         aggregation → epochs × minibatches.
       ``chunk(state, hyper) -> (state, metrics [K])`` — ``lax.scan`` of K steps.
+
     A step's parts, for diagnostics and experiments on one batch: ``collect`` (its
     rollout and training data), ``update`` (its epochs on given data), and the replay
-    ``policy`` / ``log_probs`` of stored samples.
-    Batched, jitted versions over a leading run axis R: ``init_runs``, ``chunk_runs``,
-    on a mesh over ``devices`` (default: all of every process) per ``config.parallel``:
-
-    * ``"runs"``: every ``[R, ...]`` leaf of state, hyperparameters and metrics split
-      over the D devices along R (R a multiple of D; see ``run_multiple``); no
-      collective in the program.
-    * ``"envs"``: ``shard_map`` over the environments; each device steps E/D of every
-      run's environments (the rollout state split along E), parameters, optimiser and
-      normaliser state replicated; statistics, loss and metrics averaged over devices.
+    ``policy`` / ``log_probs`` of stored samples. ``axis``: the device axis a
+    data-parallel program maps it over (None: one device per run).
     """
 
-    def __init__(self, config: Config, devices: tuple[jax.Device, ...] | None = None):
-        self.config = config
-        self.mesh = make_mesh(config.parallel, devices)
-        self.num_devices = self.mesh.size
-        self.axis = ENV_AXIS if config.parallel == "envs" else None
-        if config.parallel == "envs":
-            _check_env_split(config, self.num_devices)
+    def __init__(self, config: Config, axis: str | None = None):
+        self.config, self.axis = config, axis
         self.env = envs.AutoReset(config.make_env())
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
         self.net = ActorCritic.create(
@@ -95,70 +74,10 @@ class Trainer:
             recurrent=config.recurrent,
             continuous=self.env.continuous,
         )
-        # Counts of programs built (a trace happens exactly once per compiled signature).
-        self.compiles = {"init": 0, "chunk": 0}
-        self.state_sharding, self.run_sharding, self._chunk_program = self._layout()
-        # init runs once per run: compiled without backend optimisation (about 2 s less
-        # to compile on CPU; its values agree with an optimised build to float32 rounding).
-        self.init_runs = jax.jit(self._counted("init", jax.vmap(self.init)),
-                                 in_shardings=self.run_sharding, out_shardings=self.state_sharding,
-                                 compiler_options=INIT_COMPILER_OPTIONS)
-        self.chunk_runs = jax.jit(self._counted("chunk", self._chunk_program), donate_argnums=0,
-                                  in_shardings=(self.state_sharding, self.run_sharding),
-                                  out_shardings=(self.state_sharding, self.run_sharding))
-
-    @property
-    def run_multiple(self) -> int:
-        """Batches of runs must have a multiple of this many (the devices, when the runs
-        are split over them)."""
-        return self.num_devices if self.config.parallel == "runs" else 1
-
-    def _layout(self) -> tuple[Any, NamedSharding, Any]:
-        """``(state sharding, sharding of per-run inputs and metrics, batched chunk)``."""
-        if self.config.parallel == "runs":
-            runs_split = NamedSharding(self.mesh, P("runs"))
-            return runs_split, runs_split, jax.vmap(self.chunk)
-        replicated = NamedSharding(self.mesh, P())
-        # Data parallel: the rollout state [R, E, ...] split along E; the rest replicated.
-        spec = TrainState(params=P(), opt_state=P(), rollout=P(None, ENV_AXIS),
-                          value_norm=P() if self.config.value_norm else None, key=P(), update=P())
-        mapped = jax.shard_map(jax.vmap(self.chunk), mesh=self.mesh, in_specs=(spec, P()), out_specs=(spec, P()))
-        return jax.tree.map(lambda p: NamedSharding(self.mesh, p), spec), replicated, mapped
-
-    def _counted(self, name: str, fn):
-        def traced(*args):
-            self.compiles[name] += 1  # runs at trace time only
-            return fn(*args)
-
-        return traced
 
     @property
     def num_agents(self) -> int:
         return self.env.num_agents
-
-    @functools.cached_property
-    def _abstract_run(self) -> tuple[TrainState, Hyper]:
-        """Shapes of one run's ``(TrainState, Hyper)``, by tracing only."""
-        hyper = Hyper.create(ippo(self.num_agents))
-        return jax.eval_shape(self.init, jax.random.PRNGKey(0), hyper), hyper
-
-    @functools.cached_property
-    def metric_names(self) -> tuple[str, ...]:
-        """The names of the per-update metrics ``step`` returns (sorted), by tracing only."""
-        batched = lambda x: jax.ShapeDtypeStruct((self.run_multiple, *x.shape), x.dtype)
-        abstract = jax.tree.map(batched, self._abstract_run)
-        return tuple(sorted(jax.eval_shape(self._chunk_program, *abstract)[1]))
-
-    def bytes_per_run(self) -> int:
-        """An estimate of one run's peak memory in the chunk program: the train state
-        (in, out, and Adam's moments in the gradient step) and the rollout with the
-        training data, minibatches and activations made from it. Calibrated against
-        measured peaks by ``benchmarks/sweep_scaling.py``."""
-        state, _ = self._abstract_run
-        cfg = self.config
-        traj = jax.eval_shape(
-            lambda s: rollout(self.env, self.net, s.params, s.rollout, s.key, cfg.num_steps, cfg.critic_input)[1], state)
-        return 3 * tree_bytes(state) + 6 * tree_bytes(traj)
 
     def init(self, key: jax.Array, hyper: Hyper) -> TrainState:
         key_params, key_env, key = jax.random.split(key, 3)
@@ -270,7 +189,7 @@ class Trainer:
         # gradients would be D× too large.)
         def mean_loss(*args):
             loss, metrics = loss_fn(*args)
-            return losses.pmean(loss, self.axis), losses.pmean_metrics(metrics, self.axis)
+            return pmean(loss, self.axis), pmean_metrics(metrics, self.axis)
 
         grad_fn = jax.value_and_grad(mean_loss, has_aux=True)
 
@@ -285,13 +204,7 @@ class Trainer:
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state, norm), metrics
 
-        batch_size = jax.tree.leaves(data)[0].shape[0]
-
-        def epoch(carry, key):
-            rows = minibatch_rows(key, batch_size, cfg.num_minibatches)
-            return jax.lax.scan(lambda c, r: minibatch_update(c, take_rows(data, r)), carry, rows)
-
-        return jax.lax.scan(epoch, (params, opt_state, value_norm), jax.random.split(key, cfg.num_epochs))
+        return epochs(minibatch_update, (params, opt_state, value_norm), data, key, cfg.num_epochs, cfg.num_minibatches)
 
     def advantages(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[jax.Array, jax.Array]:
         """``(advantages, value targets)``, each ``[T, E, N]``, for a rollout ``traj``.
@@ -358,21 +271,27 @@ class Trainer:
         opt_state = {"actor": actor_opt, "critic": critic_opt}
         return (params, opt_state, norm), {**actor_metrics, **critic_metrics}
 
-    def collect(self, state: TrainState, hyper: Hyper) -> tuple[RolloutState, Any, Any]:
-        """The rollout the next ``step`` from ``state`` collects: ``(rollout state after it,
-        traj [T, E, ...], its training_data)``."""
-        _, key_rollout, _ = jax.random.split(state.key, 3)
+    @staticmethod
+    def step_keys(state: TrainState) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """A step's keys, split once from ``state.key``: ``(next state's key, rollout, update)``."""
+        return tuple(jax.random.split(state.key, 3))
+
+    def collect(self, state: TrainState, hyper: Hyper, key: jax.Array | None = None) -> tuple[RolloutState, Any, Any]:
+        """The rollout the next ``step`` from ``state`` collects (``key``: its rollout key,
+        by default the one that step draws): ``(rollout state after it, traj [T, E, ...],
+        its training_data)``."""
+        key = self.step_keys(state)[1] if key is None else key
         cfg = self.config
         rollout_state, traj = rollout(
-            self.env, self.net, state.params, state.rollout, key_rollout, cfg.num_steps, cfg.critic_input,
+            self.env, self.net, state.params, state.rollout, key, cfg.num_steps, cfg.critic_input,
             axis_name=self.axis,
         )
         return rollout_state, traj, self.training_data(state, traj, hyper)
 
     def step(self, state: TrainState, hyper: Hyper) -> tuple[TrainState, dict[str, jax.Array]]:
         cfg = self.config
-        key, _, key_epochs = jax.random.split(state.key, 3)
-        rollout_state, traj, data = self.collect(state, hyper)
+        key, key_rollout, key_epochs = self.step_keys(state)
+        rollout_state, traj, data = self.collect(state, hyper, key_rollout)
         (params, opt_state, norm), loss_metrics = self.update(state, data, key_epochs, hyper)
         diagnosed = {}
         if cfg.diagnostics:  # static: without the flag the program is unchanged
@@ -387,7 +306,7 @@ class Trainer:
             "return": mean_or_nan(traj.episode_return),
             "episode_length": mean_or_nan(traj.episode_length.astype(jnp.float32)),
             "episodes": episodes,
-            "reward": losses.pmean(traj.reward.mean(), self.axis),
+            "reward": pmean(traj.reward.mean(), self.axis),
             **({} if traj.episode_won is None else {"win_rate": mean_or_nan(traj.episode_won)}),
             **jax.tree.map(jnp.mean, loss_metrics),
             **diagnosed,
@@ -411,31 +330,10 @@ class Trainer:
         )
 
 
-def trainer(config: Config, devices: Sequence[jax.Device] | None = None) -> Trainer:
-    """The (cached) ``Trainer`` for ``config`` on ``devices`` (default: every device of
-    every process): every run with this static config, of any length, in any sweep,
-    shares it and its compiled programs."""
+@functools.lru_cache(maxsize=16)
+def learner(config: Config) -> Learner:
+    """The (cached) one-device ``Learner`` of ``config``: its env and networks, for
+    evaluation, rendering and analysis without compiling a training program."""
     if not isinstance(config, Config):
         raise ValueError(f"config must be a jaxpo.Config, got {type(config).__name__}")
-    return _trainer(config, tuple(jax.devices() if devices is None else devices))
-
-
-@functools.lru_cache(maxsize=16)
-def _trainer(config: Config, devices: tuple[jax.Device, ...]) -> Trainer:
-    return Trainer(config, devices)
-
-
-def _check_env_split(config: Config, num_devices: int) -> None:
-    """Data parallel needs equal shares: E and each device's minibatches divide evenly."""
-    if config.num_envs % num_devices:
-        raise ValueError(f"Config.parallel='envs' splits num_envs ({config.num_envs}) over {num_devices} devices: "
-                         f"num_envs must be a multiple of {num_devices}")
-    if (config.num_sequences // num_devices) % config.num_minibatches:
-        raise ValueError(f"Config.parallel='envs': num_minibatches ({config.num_minibatches}) must divide each "
-                         f"device's {config.num_sequences // num_devices} training samples per update "
-                         f"(num_envs * num_steps / sequence length / {num_devices} devices)")
-
-
-def tree_bytes(tree: Any) -> int:
-    """Bytes of all array leaves of ``tree`` (arrays or ``ShapeDtypeStruct``s)."""
-    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+    return Learner(config)

@@ -38,7 +38,7 @@ import numpy as np
 
 from jaxpo._version import __version__
 from jaxpo.program.config import Config, config_from_dict, config_to_dict
-from jaxpo.program.learner import trainer
+from jaxpo.program.compiled import trainer
 from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed, chunk_updates
 from jaxpo.run.loggers import MetricsCSV
 
@@ -324,21 +324,7 @@ def config_of(meta: Mapping[str, Any]) -> Config:
 def trained_target(meta: Mapping[str, Any]) -> Any:
     """``restore``'s target for a checkpoint read on its own: the group's state on the
     program its meta names (all devices)."""
-    return abstract_state(trainer(config_of(meta)), meta["state_runs"])
-
-
-def abstract_state(tr, size: int) -> Any:
-    """The batched ``TrainState`` of ``size`` runs (padding included) as
-    ``ShapeDtypeStruct``s on the trainer's shardings: the target of a restore."""
-    _, hyper = tr._abstract_run
-    batched = lambda x: jax.ShapeDtypeStruct((size, *x.shape), x.dtype)
-    shapes = jax.eval_shape(tr.init_runs, jax.ShapeDtypeStruct((size, 2), jnp.uint32), jax.tree.map(batched, hyper))
-    # tr.state_sharding is one sharding, or a tree of them that is a prefix of the state's
-    place = lambda sharding, part: jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), part)
-    if isinstance(tr.state_sharding, jax.sharding.Sharding):
-        return place(tr.state_sharding, shapes)
-    return jax.tree.map(place, tr.state_sharding, shapes)
+    return trainer(config_of(meta)).abstract_state(meta["state_runs"])
 
 
 # What may differ on resume: how a run is shown, logged and checkpointed, and where it is.
@@ -380,7 +366,7 @@ def resume_group(group: Group, tr, run_dir: str, csv: MetricsCSV | None = None, 
     if finished:
         found = restore(run_dir, step=group.chunk_offset + group.num_chunks)
     else:
-        found = restore(run_dir, target=lambda meta: abstract_state(tr, meta["state_runs"]),
+        found = restore(run_dir, target=lambda meta: tr.abstract_state(meta["state_runs"]),
                         accept=lambda meta: meta["group"] == group.index)
     if csv is not None:
         k = group.config.updates_per_chunk

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpo.program.config import Hyper
-from jaxpo.program.learner import TrainState, Trainer
+from jaxpo.program.compiled import Trainer
+from jaxpo.program.learner import TrainState
 from jaxpo.program.parallel import gather, padded_size, put
 from jaxpo.run.events import ChunkEvent, Group, Hook, chunk_updates
 from jaxpo.run.guard import NanGuard

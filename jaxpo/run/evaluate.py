@@ -27,7 +27,7 @@ import numpy as np
 from jaxpo.run import checkpoint
 from jaxpo.program.config import Config
 from jaxpo.envs import AutoReset, Env
-from jaxpo.program.learner import trainer
+from jaxpo.program.learner import learner
 from jaxpo.core.networks import ActorCritic, MaskedDiagGaussian
 
 
@@ -46,7 +46,7 @@ class Policy:
 
     @functools.cached_property
     def net(self) -> ActorCritic:
-        return trainer(self.config).net
+        return learner(self.config).net
 
     def initial_carry(self, batch_shape: tuple[int, ...] = ()) -> jax.Array:
         return self.net.initial_carry(batch_shape)["actor"]
@@ -166,7 +166,7 @@ def evaluate(policy: Policy, env: Env | None = None, episodes: int = 100, seed: 
 
 def _compatible(config: Config, env: Env | None) -> AutoReset:
     """``env`` ready to evaluate a policy of ``config`` on, or a ValueError naming what differs."""
-    trained = trainer(config).env
+    trained = learner(config).env
     if env is None:
         return trained
     if not isinstance(env, Env):

@@ -1,0 +1,165 @@
+"""The compiled program: a ``Learner``'s functions vmapped over a leading run axis R,
+laid out on a device mesh (``jaxpo.program.parallel``) and jitted.
+
+``Trainer.init_runs`` / ``chunk_runs`` are what the driver (``jaxpo.run.driver``) calls,
+chunk after chunk. The program also knows what only it can: how many programs were
+compiled, how much memory a run takes, the metric names, and the abstract batched
+state a checkpoint restores onto. Two layouts (``Config.parallel``):
+
+* ``"runs"``: every ``[R, ...]`` leaf of state, hyperparameters and metrics split over
+  the D devices along R (R a multiple of D; see ``run_multiple``); no collective in
+  the program.
+* ``"envs"``: ``shard_map`` over the environments; each device steps E/D of every
+  run's environments (the rollout state split along E), parameters, optimiser and
+  normaliser state replicated; statistics, loss and metrics averaged over devices.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxpo.core.rollout import rollout
+from jaxpo.core.support import ippo
+from jaxpo.program.config import Config, Hyper
+from jaxpo.program.learner import Learner, TrainState
+from jaxpo.program.parallel import ENV_AXIS, make_mesh
+
+# XLA options of the init program: init runs once per run, so it is compiled without
+# backend optimisation (about 2 s less to compile on CPU; its values agree with an
+# optimised build to float32 rounding).
+INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+
+# What a Trainer answers for its learner (``tr.step`` is ``tr.learner.step``).
+LEARNER_API = ("config", "axis", "env", "net", "critic_dim", "num_agents", "init", "step", "chunk", "collect",
+               "update", "training_data", "advantages", "policy", "log_probs", "flat_time_major", "step_keys")
+
+
+class Trainer:
+    """The compiled training program for one static ``Config`` on ``devices`` (default:
+    all of every process): ``learner`` (the pure functions; its names are the
+    Trainer's too, see ``LEARNER_API``), ``mesh``, ``state_sharding`` / ``run_sharding``,
+    the jitted ``init_runs(keys [R, 2], hyper [R]) -> state`` and
+    ``chunk_runs(state, hyper) -> (state, metrics [R, K])``, and ``compiles``, the
+    programs built so far."""
+
+    def __init__(self, config: Config, devices: tuple[jax.Device, ...] | None = None):
+        self.mesh = make_mesh(config.parallel, devices)
+        self.num_devices = self.mesh.size
+        if config.parallel == "envs":
+            _check_env_split(config, self.num_devices)
+        self.learner = Learner(config, ENV_AXIS if config.parallel == "envs" else None)
+        # Counts of programs built (a trace happens exactly once per compiled signature).
+        self.compiles = {"init": 0, "chunk": 0}
+        self.state_sharding, self.run_sharding, self._chunk_program = self._layout()
+        self.init_runs = jax.jit(self._counted("init", jax.vmap(self.learner.init)),
+                                 in_shardings=self.run_sharding, out_shardings=self.state_sharding,
+                                 compiler_options=INIT_COMPILER_OPTIONS)
+        self.chunk_runs = jax.jit(self._counted("chunk", self._chunk_program), donate_argnums=0,
+                                  in_shardings=(self.state_sharding, self.run_sharding),
+                                  out_shardings=(self.state_sharding, self.run_sharding))
+
+    def __getattr__(self, name: str) -> Any:
+        if name in LEARNER_API:
+            return getattr(self.learner, name)
+        raise AttributeError(f"'Trainer' object has no attribute {name!r}")
+
+    @property
+    def run_multiple(self) -> int:
+        """Groups of runs must have a multiple of this many (the devices, when the runs
+        are split over them)."""
+        return self.num_devices if self.config.parallel == "runs" else 1
+
+    def _layout(self) -> tuple[Any, NamedSharding, Any]:
+        """``(state sharding, sharding of per-run inputs and metrics, batched chunk)``."""
+        chunk = jax.vmap(self.learner.chunk)
+        if self.config.parallel == "runs":
+            runs_split = NamedSharding(self.mesh, P("runs"))
+            return runs_split, runs_split, chunk
+        replicated = NamedSharding(self.mesh, P())
+        # Data parallel: the rollout state [R, E, ...] split along E; the rest replicated.
+        spec = TrainState(params=P(), opt_state=P(), rollout=P(None, ENV_AXIS),
+                          value_norm=P() if self.config.value_norm else None, key=P(), update=P())
+        mapped = jax.shard_map(chunk, mesh=self.mesh, in_specs=(spec, P()), out_specs=(spec, P()))
+        return jax.tree.map(lambda p: NamedSharding(self.mesh, p), spec), replicated, mapped
+
+    def _counted(self, name: str, fn):
+        def traced(*args):
+            self.compiles[name] += 1  # runs at trace time only
+            return fn(*args)
+
+        return traced
+
+    @functools.cached_property
+    def _abstract_run(self) -> tuple[TrainState, Hyper]:
+        """Shapes of one run's ``(TrainState, Hyper)``, by tracing only."""
+        hyper = Hyper.create(ippo(self.num_agents))
+        return jax.eval_shape(self.learner.init, jax.random.PRNGKey(0), hyper), hyper
+
+    @functools.cached_property
+    def metric_names(self) -> tuple[str, ...]:
+        """The names of the per-update metrics ``step`` returns (sorted), by tracing only."""
+        batched = lambda x: jax.ShapeDtypeStruct((self.run_multiple, *x.shape), x.dtype)
+        abstract = jax.tree.map(batched, self._abstract_run)
+        return tuple(sorted(jax.eval_shape(self._chunk_program, *abstract)[1]))
+
+    def abstract_state(self, size: int) -> Any:
+        """The batched ``TrainState`` of ``size`` runs (padding included) as
+        ``ShapeDtypeStruct``s on this program's shardings: the target of a restore."""
+        _, hyper = self._abstract_run
+        batched = lambda x: jax.ShapeDtypeStruct((size, *x.shape), x.dtype)
+        shapes = jax.eval_shape(self.init_runs, jax.ShapeDtypeStruct((size, 2), jnp.uint32),
+                                jax.tree.map(batched, hyper))
+        # state_sharding is one sharding, or a tree of them that is a prefix of the state's
+        place = lambda sharding, part: jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), part)
+        if isinstance(self.state_sharding, jax.sharding.Sharding):
+            return place(self.state_sharding, shapes)
+        return jax.tree.map(place, self.state_sharding, shapes)
+
+    def bytes_per_run(self) -> int:
+        """An estimate of one run's peak memory in the chunk program: the train state
+        (in, out, and Adam's moments in the gradient step) and the rollout with the
+        training data, minibatches and activations made from it. Calibrated against
+        measured peaks by ``benchmarks/sweep_scaling.py``."""
+        state, _ = self._abstract_run
+        cfg = self.config
+        traj = jax.eval_shape(
+            lambda s: rollout(self.env, self.net, s.params, s.rollout, s.key, cfg.num_steps, cfg.critic_input)[1], state)
+        return 3 * tree_bytes(state) + 6 * tree_bytes(traj)
+
+
+def trainer(config: Config, devices: Sequence[jax.Device] | None = None) -> Trainer:
+    """The (cached) ``Trainer`` for ``config`` on ``devices`` (default: every device of
+    every process): every run with this static config, of any length, in any sweep,
+    shares it and its compiled programs."""
+    if not isinstance(config, Config):
+        raise ValueError(f"config must be a jaxpo.Config, got {type(config).__name__}")
+    return _trainer(config, tuple(jax.devices() if devices is None else devices))
+
+
+@functools.lru_cache(maxsize=16)
+def _trainer(config: Config, devices: tuple[jax.Device, ...]) -> Trainer:
+    return Trainer(config, devices)
+
+
+def _check_env_split(config: Config, num_devices: int) -> None:
+    """Data parallel needs equal shares: E and each device's minibatches divide evenly."""
+    if config.num_envs % num_devices:
+        raise ValueError(f"Config.parallel='envs' splits num_envs ({config.num_envs}) over {num_devices} devices: "
+                         f"num_envs must be a multiple of {num_devices}")
+    if (config.num_sequences // num_devices) % config.num_minibatches:
+        raise ValueError(f"Config.parallel='envs': num_minibatches ({config.num_minibatches}) must divide each "
+                         f"device's {config.num_sequences // num_devices} training samples per update "
+                         f"(num_envs * num_steps / sequence length / {num_devices} devices)")
+
+
+def tree_bytes(tree: Any) -> int:
+    """Bytes of all array leaves of ``tree`` (arrays or ``ShapeDtypeStruct``s)."""
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
