@@ -308,19 +308,34 @@ def _mean(values: np.ndarray) -> float | None:
     return round(float(finite.mean()), 4) if finite.size else None
 
 
+# Python arguments whose flags are not an experiment field's (``path``: render's --out).
+ARGUMENT_FLAGS = {"coordinator": "--coordinator", "num_processes": "--num-processes", "process_id": "--process-id",
+                  "timeout_s": "--peer-timeout", "run": "--run", "episodes": "--episodes", "path": "--out"}
+
+
 def as_flags(message: str) -> str:
-    """A library message in the CLI's words: the fields it names (``run.checkpoint_every``,
-    ``on_nan='mask'``) as the flags that set them (``--checkpoint-every``, ``--on-nan mask``)."""
+    """A library message in the CLI's words: the fields and arguments it names
+    (``run.checkpoint_every``, ``on_nan='mask'``, ``run=7``, a backticked `` `process_id` ``)
+    as the flags that set them (``--checkpoint-every``, ``--on-nan mask``, ``--run 7``,
+    ``--process-id``)."""
     fields = {name for section in SECTIONS for name in section_fields(section)}
-    flag = lambda name: "--" + name.replace("_", "-")
-    message = re.sub(r"\b(?:config|hyper|support|run|sweep)\.([a-z_]+)\b",
-                     lambda m: flag(m.group(1)) if m.group(1) in fields else m.group(0), message)
-    return re.sub(r"\b([a-z_]+)='([^']*)'", lambda m: f"{flag(m.group(1))} {m.group(2)}"
-                  if m.group(1) in fields else m.group(0), message)
+    flags = {**{name: "--" + name.replace("_", "-") for name in fields}, **ARGUMENT_FLAGS}
+    message = re.sub(r"\b(?:config|hyper|support|run|sweep|Config|Hyper)\.([a-z_]+)\b",
+                     lambda m: flags[m.group(1)] if m.group(1) in fields else m.group(0), message)
+    message = re.sub(r"`([a-z_]+)`", lambda m: flags.get(m.group(1), m.group(0)), message)
+    message = re.sub(r"\b([a-z_]+)='([^']*)'", lambda m: f"{flags[m.group(1)]} {m.group(2)}"
+                     if m.group(1) in flags else m.group(0), message)
+    message = re.sub(r"\b([a-z_]+)=(True|False)\b", lambda m: ("--" if m.group(2) == "True" else "--no-")
+                     + m.group(1).replace("_", "-") if m.group(1) in fields else m.group(0), message)
+    # unquoted numbers only for the arguments above: a run label such as lr=1e+30/seed0 stays as it is
+    return re.sub(r"\b([a-z_]+)=(-?\d+)\b", lambda m: f"{ARGUMENT_FLAGS[m.group(1)]} {m.group(2)}"
+                  if m.group(1) in ARGUMENT_FLAGS else m.group(0), message)
 
 
 def _error(command: str, err: Exception) -> int:
-    print(f"jaxpo {command}: error: {as_flags(str(err))}", file=sys.stderr)
+    message = str(err)  # a config file's errors name its keys, everything else in flags
+    print(f"jaxpo {command}: error: {message if message.startswith('config file ') else as_flags(message)}",
+          file=sys.stderr)
     return 2
 
 

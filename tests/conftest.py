@@ -33,9 +33,12 @@ def trained_run(tmp_path_factory):
 def pytest_configure(config):
     from jaxpo.program.compile_cache import enable_compile_cache
 
-    cache = tempfile.mkdtemp(prefix="jaxpo-test-xla-")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # an xdist worker shares the controller's cache
+    cache = os.environ["JAX_COMPILATION_CACHE_DIR"] if worker else tempfile.mkdtemp(prefix="jaxpo-test-xla-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # subprocesses, and the CLI's default
-    config.jaxpo_compile_cache = enable_compile_cache(cache)
+    enable_compile_cache(cache)
+    if not worker:
+        config.jaxpo_compile_cache = cache  # removed by the process that made it
 
 
 def pytest_unconfigure(config):

@@ -48,9 +48,9 @@ def finish(proc: subprocess.Popen, timeout: float = TIMEOUT) -> tuple[int, str, 
     return proc.returncode, out, err
 
 
-def peers(config: str, out: list[str], port: int, timeout: int = 30) -> list[subprocess.Popen]:
+def peers(config: str, out: list[str], port: int, timeout: int = 30, flags: list[str] = ()) -> list[subprocess.Popen]:
     return [start(["--config", config, "--out", out[i], "--coordinator", f"localhost:{port}", "--num-processes", "2",
-                   "--process-id", str(i), "--peer-timeout", str(timeout)], devices=4) for i in range(2)]
+                   "--process-id", str(i), "--peer-timeout", str(timeout), *flags], devices=4) for i in range(2)]
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +62,9 @@ def experiment_file(tmp_path_factory):
 
 def test_two_processes_equal_one_process_bitwise(experiment_file, tmp_path):
     one, two, quiet = (str(tmp_path / d) for d in ("one", "two", "quiet"))
-    code, _, err = finish(start(["--config", experiment_file, "--out", one], devices=8))
+    code, _, err = finish(start(["--config", experiment_file, "--out", one, "--no-checkpoint"], devices=8))
     assert code == 0, err[-3000:]
-    procs = peers(experiment_file, [two, quiet], free_port())
+    procs = peers(experiment_file, [two, quiet], free_port(), flags=["--no-checkpoint"])  # no shards to write
     results = [finish(p) for p in procs]
     for i, (code, _, err) in enumerate(results):
         assert code == 0, f"process {i}:\n{err[-3000:]}"
@@ -104,9 +104,18 @@ def test_two_processes_checkpoint_and_one_process_resumes_bitwise(experiment_fil
         assert a.read() == b.read()
 
 
+def test_checkpoints_on_storage_one_process_cannot_see_are_a_clear_error(experiment_file, tmp_path):
+    """Checkpoints (on by default) take every process's shards: run directories that are
+    not one shared directory end both processes with the same error, not a hang."""
+    procs = peers(experiment_file, [str(tmp_path / "a"), str(tmp_path / "b")], free_port())
+    for code, _, err in (finish(p, timeout=120) for p in procs):
+        assert code == 2, err[-3000:]
+        assert "is not visible to process 1" in err and "storage every process sees" in err, err[-3000:]
+
+
 def test_dead_peer_ends_the_run_with_an_error(experiment_file, tmp_path):
     timeout = 10
-    procs = peers(experiment_file, [str(tmp_path / "a"), str(tmp_path / "b")], free_port(), timeout)
+    procs = peers(experiment_file, [str(tmp_path / "a"), str(tmp_path / "b")], free_port(), timeout, ["--no-checkpoint"])
     # Wait until process 0 has joined and planned the sweep (its first log line), then kill process 1.
     lines = iter(procs[0].stdout.readline, "")
     assert any("runs (" in line for line in lines), procs[0].stderr.read()[-3000:]
@@ -133,7 +142,7 @@ def test_unreachable_coordinator_is_a_clear_error(experiment_file, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--num-processes", "2", "--process-id", "0"], "missing: --coordinator"),
-    (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "5"], "process_id must be an integer in [0, 2)"),
+    (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "5"], "--process-id must be an integer in [0, 2) for --num-processes 2"),
     (["--distributed", "--num-processes", "2"], "--distributed finds the cluster itself"),
 ])
 def test_bad_process_flags_name_the_flag(args, message, capsys):

@@ -89,7 +89,7 @@ def replay():
     def run():
         _, traj = rollout(tr.env, tr.net, params, state.rollout, jax.random.PRNGKey(1), 12, "global")
         seqs = jax.tree.map(lambda x: to_sequences(x, 4), traj)
-        h0, first, tm = tr._unroll_inputs(seqs)
+        h0, first, tm = tr.learner._unroll_inputs(seqs)
         dist = tr.net.unroll_policy(params["actor"], h0["actor"], tm(seqs.obs), tm(seqs.action_mask), first)
         values = tr.net.unroll_value(params["critic"], h0["critic"], tm(seqs.critic_obs), first)
         no_reset = tr.net.unroll_value(params["critic"], h0["critic"], tm(seqs.critic_obs), jnp.zeros_like(first))

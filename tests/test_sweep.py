@@ -50,7 +50,7 @@ def test_a_3x3x4_sweep_compiles_the_chunk_once(grid_sweep):
 def test_sweep_outputs(grid_sweep):
     result, _, _ = grid_sweep
     out = result.out_dir
-    assert sorted(os.listdir(out)) == ["groups.csv", "metrics.csv", "summary.csv", "sweep.png", "sweep.yaml"]
+    assert sorted(os.listdir(out)) == ["checkpoints", "groups.csv", "metrics.csv", "summary.csv", "sweep.png", "sweep.yaml"]
     metrics = read_csv(f"{out}/metrics.csv")
     assert len(metrics["run_id"]) == 36 * UPDATES
     for name in ("label", "setting", "seed", "lr", "kappa", "update", "env_steps", "return", "policy_loss"):

@@ -95,7 +95,7 @@ class RunSettings:
         out: output directory; results go to out/name.
         name: run name (none: <env>-<support>-<time>, or <env>-sweep-<time> for sweeps).
         progress: show a progress bar.
-        runs_per_group: runs per compiled batch (none: as many as fit in half the free
+        runs_per_group: runs per compiled group (none: as many as fit in half the free
             memory, from an estimate of one run).
         bootstrap_reps: bootstrap resamples for the confidence intervals in groups.csv.
         log: loggers, comma-separated: csv, tensorboard, wandb (wandb: set WANDB_MODE=offline

@@ -79,7 +79,7 @@ def _check_axes(experiment: Experiment) -> None:
             raise ValueError(f"sweep.grid.{name} must be a non-empty list of values, got {values!r}")
     if spec.random and spec.samples < 1:
         raise ValueError(f"sweep has random axes ({', '.join(spec.random)}) but sweep.samples is 0; "
-                         "set samples (--samples K) to the number of draws")
+                         "set sweep.samples to the number of draws")
     if spec.samples and not spec.random:
         raise ValueError("sweep.samples is set but the sweep has no random axes")
 

@@ -30,7 +30,7 @@ from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_
 from jaxpo.experiments.settings import Setting, settings, typed_spec
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.compiled import Trainer, trainer
-from jaxpo.program.parallel import agree, describe, is_main_process, padded_size
+from jaxpo.program.parallel import agree, check_shared, describe, is_main_process, padded_size
 from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group
 from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_steps_per_update
@@ -56,10 +56,10 @@ def free_memory_bytes(device: jax.Device | None = None) -> int:
 
 
 def group_size(tr: Trainer, num_runs: int, requested: int | None) -> int:
-    """G, runs per compiled batch: ``requested``, or as many as fit in half the free memory
+    """G, runs per compiled group: ``requested``, or as many as fit in half the free memory
     of the devices they are split over; rounded up to a multiple of those devices."""
     if requested is None and num_runs <= tr.run_multiple:
-        requested = num_runs  # one batch holds them all: no memory estimate (it traces a rollout) needed
+        requested = num_runs  # one group holds them all: no memory estimate (it traces a rollout) needed
     elif requested is None:
         requested = max(1, free_memory_bytes() // 2 * tr.run_multiple // tr.bytes_per_run())
     return padded_size(min(requested, num_runs), tr.run_multiple)
@@ -207,6 +207,8 @@ def prepare(experiment: Experiment, programs: list[Program], *, resume: bool = F
     latest = checkpoint.restore(out_dir) if resume else None
     if out_dir is not None and is_main_process():
         ensure_writable(out_dir)
+    if out_dir is not None and experiment.run.checkpoint:
+        check_shared(out_dir)
     if latest is not None:
         sizes = checkpoint.check_resumable(latest.meta, to_dict(experiment), [len(p.runs) for p in programs],
                                            [p.num_chunks for p in programs], traced_digests(programs))
@@ -313,7 +315,7 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
     finally:
         close_hooks(owned)
     result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start, dict(guard.diverged))
-    _write_reports(result, plan_.is_sweep, write=writer and out_dir is not None)
+    _write_reports(result, plan_.is_sweep, write=writer and out_dir is not None, statistics=out_dir is not None)
     return result
 
 
@@ -370,9 +372,10 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard
     return index
 
 
-def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True) -> None:
-    """Fills the result's summary and group rows; ``write``: also summary.csv, groups.csv
-    and the figure."""
+def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True, statistics: bool = True) -> None:
+    """Fills the result's summary and (``statistics``) group rows; ``write``: also
+    summary.csv, groups.csv and the figure. A plan without files (``jaxpo.train`` without
+    ``out_dir``) skips the group statistics: their bootstrap is what it would not read."""
     axes = result.experiment.sweep.axes
     reps = result.experiment.run.bootstrap_reps
     summary_names: list[str] = []
@@ -390,6 +393,8 @@ def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True) -> N
         write_csv(os.path.join(result.out_dir, "summary.csv"), header,
                   [[row.get(h, float("nan")) for h in header] for row in result.summary])
 
+    if not statistics:
+        return
     settings_: OrderedDict[str, dict] = OrderedDict((row["setting"], row) for row in result.summary)
     for metric in [n for n in summary_names if n.startswith("final_")]:
         scores = {s: np.array([row.get(metric, np.nan) for row in result.summary if row["setting"] == s])

@@ -189,9 +189,12 @@ def train(
         raise ValueError("checkpoint_every and resume need out_dir (where the checkpoints are)")
     write = out_dir is not None
     out, name = os.path.split(os.path.normpath(out_dir)) if write else (".", None)
-    run = RunSettings(steps=int(num_updates) * config.steps_per_update, seeds=int(seeds.size), out=out or ".",
-                      name=name, progress=progress, log=log, checkpoint=bool(checkpoint and write),
-                      checkpoint_every=checkpoint_every, keep=keep, on_nan=on_nan)
+    try:
+        run = RunSettings(steps=int(num_updates) * config.steps_per_update, seeds=int(seeds.size), out=out or ".",
+                          name=name, progress=progress, log=log, checkpoint=bool(checkpoint and write),
+                          checkpoint_every=checkpoint_every, keep=keep, on_nan=on_nan)
+    except ValueError as err:  # named as train's arguments, not as the experiment's run section
+        raise ValueError(re.sub(r"\brun\.", "", str(err))) from None
     base = Experiment(config=config, run=run)
     described = _described(base, hyper, seeds, labels)
     runs = [Run(i, label, setting_of(label), int(seed)) for i, (label, seed) in enumerate(zip(labels, seeds))]

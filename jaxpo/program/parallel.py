@@ -78,6 +78,20 @@ def agree(values: Sequence[int]) -> list[int]:
     return [int(v) for v in multihost_utils.broadcast_one_to_all(np.asarray(values, np.int64))]
 
 
+def check_shared(directory: str) -> None:
+    """In a multi-process run, after process 0 made ``directory``: raises the same
+    ValueError on every process when some process cannot see it (each process writes
+    its own shards of a checkpoint there)."""
+    if jax.process_count() == 1:
+        return
+    multihost_utils.sync_global_devices("jaxpo: run directory made")  # a name every process gives alike
+    seen = np.asarray(multihost_utils.process_allgather(np.asarray(os.path.isdir(directory))))
+    if not seen.all():
+        blind = ", ".join(str(i) for i in np.flatnonzero(~seen))
+        raise ValueError(f"run directory {directory!r} is not visible to process {blind}: checkpoints need storage "
+                         f"every process sees (a shared file system), or none: checkpoint=False (--no-checkpoint)")
+
+
 def is_main_process() -> bool:
     """True on the process that writes outputs (process 0; the only one when single-host)."""
     return jax.process_index() == 0
@@ -96,21 +110,21 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     error after about ``timeout_s`` seconds instead of hanging.
     """
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s < 1:
-        raise ValueError(f"peer timeout must be a positive integer of seconds, got {timeout_s!r}")
+        raise ValueError(f"`timeout_s` must be a positive integer of seconds, got {timeout_s!r}")
     given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
     if any(v is not None for v in given.values()):
         missing = [name for name, v in given.items() if v is None]
         if missing:
-            raise ValueError(f"a multi-process run needs --coordinator HOST:PORT, --num-processes and --process-id "
-                             f"together; missing: {', '.join('--' + m.replace('_', '-') for m in missing)}")
+            raise ValueError(f"a multi-process run needs `coordinator` (HOST:PORT), `num_processes` and `process_id` "
+                             f"together; missing: {', '.join(f'`{m}`' for m in missing)}")
         host, _, port = str(coordinator).rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"coordinator must be HOST:PORT (e.g. 10.0.0.1:1234), got {coordinator!r}")
+            raise ValueError(f"`coordinator` must be HOST:PORT (e.g. 10.0.0.1:1234), got {coordinator!r}")
         if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
-            raise ValueError(f"num_processes must be a positive integer, got {num_processes!r}")
+            raise ValueError(f"`num_processes` must be a positive integer, got {num_processes!r}")
         if isinstance(process_id, bool) or not isinstance(process_id, int) or not 0 <= process_id < num_processes:
-            raise ValueError(f"process_id must be an integer in [0, {num_processes}) for --num-processes "
-                             f"{num_processes}, got {process_id!r}")
+            raise ValueError(f"`process_id` must be an integer in [0, {num_processes}) for num_processes={num_processes}, "
+                             f"got {process_id!r}")
         if process_id != 0:
             _wait_for(host, int(port), timeout_s)
     jax.distributed.initialize(coordinator, num_processes, process_id, initialization_timeout=timeout_s,

@@ -345,8 +345,9 @@ def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], prog
         raise ValueError(f"cannot resume: the number of runs differs (checkpoint {sum(saved_runs)}, "
                          f"now {sum(program_runs)}): " + "; ".join(differences(meta["experiment"], experiment)))
     diffs = [d for d in differences(meta["experiment"], experiment) if d.split(":")[0] not in FREE_ON_RESUME]
-    diffs += [f"the traced values of program {p} ({d.split(':')[0]})"
-              for p, (saved, now) in enumerate(zip(meta["traced"], traced)) for d in differences(saved, now)]
+    if not diffs:  # the traced values differ where the experiment's sections do not say how
+        diffs = [f"the traced values of program {p} ({d.split(':')[0]})"
+                 for p, (saved, now) in enumerate(zip(meta["traced"], traced)) for d in differences(saved, now)]
     one_group = len(sizes) == 1 and sizes[0] >= saved_runs[0]
     if one_group:
         diffs = [d for d in diffs if not d.startswith("run.steps:")]

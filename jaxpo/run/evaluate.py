@@ -113,7 +113,7 @@ def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
             return Policy(config, jax.tree.map(lambda x: jnp.asarray(x[r]), params), runs[r],
                           int(meta["chunk"]) * config.updates_per_chunk, greedy)
     known = sorted(r["run_id"] for runs in tables.values() for r in runs)
-    raise ValueError(f"--run {run} is not among the checkpointed runs of {run_dir!r} "
+    raise ValueError(f"run={run} is not among the checkpointed runs of {run_dir!r} "
                      f"(run ids {known[0]}..{known[-1]})")
 
 
@@ -211,8 +211,7 @@ def summarize(returns: np.ndarray, won: np.ndarray | None, rate: float) -> list[
 def episode_frames(policy: Policy, seed: int = 0) -> list[np.ndarray]:
     """One episode of ``policy`` drawn with its environment's ``render``: one RGB frame
     per step (the state each action was taken in), ``[T] × uint8 [H, W, 3]``."""
-    tr = trainer(policy.config)
-    env = tr.env.env  # the raw env: its state stays that of the episode that ends
+    env = learner(policy.config).env.env  # the raw env: its state stays that of the episode that ends
     if not callable(getattr(env, "render", None)):
         raise ValueError(f"environment {policy.config.env!r} cannot render (it has no render method)")
 
@@ -240,7 +239,7 @@ def check_animation_path(path: str) -> str:
     """The suffix of ``path`` (``.gif`` or ``.mp4``), or a ValueError."""
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".gif", ".mp4"):
-        raise ValueError(f"--out must end in .gif or .mp4, got {path!r}")
+        raise ValueError(f"`path` must end in .gif or .mp4, got {path!r}")
     if suffix == ".mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
         raise ValueError("writing .mp4 needs the imageio-ffmpeg package (pip install 'jaxpo[mp4]'); or write a .gif")
     return suffix
