@@ -308,28 +308,42 @@ def _mean(values: np.ndarray) -> float | None:
     return round(float(finite.mean()), 4) if finite.size else None
 
 
-# Python arguments whose flags are not an experiment field's (``path``: render's --out).
+# Python arguments whose flags are not an experiment field's (``path``: render's --out), and
+# experiment fields whose flag is not their name.
 ARGUMENT_FLAGS = {"coordinator": "--coordinator", "num_processes": "--num-processes", "process_id": "--process-id",
                   "timeout_s": "--peer-timeout", "run": "--run", "episodes": "--episodes", "path": "--out"}
+FIELD_FLAGS = {"env_kwargs": "--env-arg", "grid": "--sweep", "random": "--sweep"}
+SECTION = r"(?:config|hyper|support|run|sweep|Config|Hyper)\."
+# One pass, so nothing is rewritten twice; never inside a word, path or dotted name.
+NAMES = re.compile(r"(?<![\w/.=-])(?:"
+                   rf"(?:{SECTION})?(?P<kw>[a-z_]+)='(?P<value>[^']*)'"  # field='value'  -> --field value
+                   r"|sweep\.(?:grid|random)\.(?P<axis>\w+)"  # sweep.grid.lr   -> --sweep lr
+                   rf"|{SECTION}(?P<field>[a-z_]+)(?![\w.])"  # run.checkpoint_every -> --checkpoint-every
+                   r"|`(?P<tick>[a-z_]+)`"  # `process_id`    -> --process-id
+                   r"|(?P<arg>[a-z_]+)=(?P<number>-?\d+)(?![\w.])"  # run=7 -> --run 7 (arguments only)
+                   r")")
 
 
 def as_flags(message: str) -> str:
     """A library message in the CLI's words: the fields and arguments it names
     (``run.checkpoint_every``, ``on_nan='mask'``, ``run=7``, a backticked `` `process_id` ``)
     as the flags that set them (``--checkpoint-every``, ``--on-nan mask``, ``--run 7``,
-    ``--process-id``)."""
-    fields = {name for section in SECTIONS for name in section_fields(section)}
-    flags = {**{name: "--" + name.replace("_", "-") for name in fields}, **ARGUMENT_FLAGS}
-    message = re.sub(r"\b(?:config|hyper|support|run|sweep|Config|Hyper)\.([a-z_]+)\b",
-                     lambda m: flags[m.group(1)] if m.group(1) in fields else m.group(0), message)
-    message = re.sub(r"`([a-z_]+)`", lambda m: flags.get(m.group(1), m.group(0)), message)
-    message = re.sub(r"\b([a-z_]+)='([^']*)'", lambda m: f"{flags[m.group(1)]} {m.group(2)}"
-                     if m.group(1) in flags else m.group(0), message)
-    message = re.sub(r"\b([a-z_]+)=(True|False)\b", lambda m: ("--" if m.group(2) == "True" else "--no-")
-                     + m.group(1).replace("_", "-") if m.group(1) in fields else m.group(0), message)
-    # unquoted numbers only for the arguments above: a run label such as lr=1e+30/seed0 stays as it is
-    return re.sub(r"\b([a-z_]+)=(-?\d+)\b", lambda m: f"{ARGUMENT_FLAGS[m.group(1)]} {m.group(2)}"
-                  if m.group(1) in ARGUMENT_FLAGS else m.group(0), message)
+    ``--process-id``). Anything else (run labels such as ``lr=1e+30/seed0``, paths) stays."""
+    fields = {name for section in SECTIONS for name in section_fields(section)} | set(FIELD_FLAGS)
+    flags = {**{name: "--" + name.replace("_", "-") for name in fields}, **FIELD_FLAGS, **ARGUMENT_FLAGS}
+
+    def flag(m: re.Match) -> str:
+        if m["kw"] is not None:
+            return f"{flags[m['kw']]} {m['value']}" if m["kw"] in fields else m[0]
+        if m["axis"] is not None:
+            return f"--sweep {m['axis']}"
+        if m["field"] is not None:
+            return flags[m["field"]] if m["field"] in fields else m[0]
+        if m["tick"] is not None:
+            return flags.get(m["tick"], m[0])
+        return f"{ARGUMENT_FLAGS[m['arg']]} {m['number']}" if m["arg"] in ARGUMENT_FLAGS else m[0]
+
+    return NAMES.sub(flag, message)
 
 
 def _error(command: str, err: Exception) -> int:

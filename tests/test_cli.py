@@ -95,10 +95,10 @@ def test_bad_arguments_exit_with_usage(argv, message, capsys):
     "argv, message",
     [
         (["train", "--env", "no_such_env"], "no_such_env"),
-        (["train", "--num-envs", "0"], "num_envs must be a positive integer, got 0"),
+        (["train", "--num-envs", "0"], "--num-envs must be a positive integer, got 0"),
         (["train", "--env-arg", "local_ratio=2.0"], "local_ratio"),
         (["train", "--preset", "khop", "--kappa", "-1"], "k"),
-        (["train", "--seq-len", "4"], "seq_len is for recurrent networks only"),
+        (["train", "--seq-len", "4"], "--seq-len is for recurrent networks only"),
         (["train", "--env", "HeuristicEnemySMAX", "--env-arg", "scenario=3x"], "unknown SMAX scenario '3x'"),
     ],
 )

@@ -87,7 +87,7 @@ def test_no_checkpoint_opts_out(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--no-checkpoint" in err and "checkpoint=False" not in err, err  # the CLI says it in flags
     assert cli.main([*flags, "--no-checkpoint", "--checkpoint-every", "2"]) == 2
-    assert "--checkpoint-every=2 asks for checkpoints, but --checkpoint is false" in capsys.readouterr().err
+    assert "--checkpoint-every=2 asks for periodic checkpoints, but --checkpoint is off" in capsys.readouterr().err
     python = jaxpo.Config(env="public_goods", num_envs=8, num_steps=16, updates_per_chunk=2)
     hyper, seeds, _ = jaxpo.runs(jaxpo.support.ippo(8), seeds=[0])
     jaxpo.train(python, hyper, seeds, num_updates=2, out_dir=str(tmp_path / "py"), progress=False, checkpoint=False)

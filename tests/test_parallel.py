@@ -104,11 +104,11 @@ def test_data_parallel_bad_splits_name_the_setting(measured):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"num_processes": 2, "process_id": 0}, "missing: --coordinator"),
-    ({"coordinator": "localhost:1234", "num_processes": 2}, "missing: --process-id"),
+    ({"num_processes": 2, "process_id": 0}, "missing: `coordinator`"),  # Python names the argument
+    ({"coordinator": "localhost:1234", "num_processes": 2}, "missing: `process_id`"),
     ({"coordinator": "localhost", "num_processes": 2, "process_id": 0}, "HOST:PORT"),
-    ({"coordinator": "localhost:1234", "num_processes": 0, "process_id": 0}, "num_processes must be a positive"),
-    ({"coordinator": "localhost:1234", "num_processes": 2, "process_id": 2}, "process_id must be an integer in [0, 2)"),
+    ({"coordinator": "localhost:1234", "num_processes": 0, "process_id": 0}, "`num_processes` must be a positive"),
+    ({"coordinator": "localhost:1234", "num_processes": 2, "process_id": 2}, "`process_id` must be an integer in [0, 2)"),
 ])
 def test_multiprocess_arguments_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):

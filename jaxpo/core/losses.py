@@ -20,7 +20,7 @@ gradients flow only through the current ``log_prob``, ``values`` and ``entropy``
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import chex
 import jax

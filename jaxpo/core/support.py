@@ -18,6 +18,7 @@ An algorithm is a preset, i.e. a pair of matrices, never a separate code path.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, get_args
 
@@ -287,7 +288,21 @@ def khop(adjacency: Any, k: int) -> Support:
         if np.array_equal(nxt, reach):
             break  # fixed point: further hops add nothing
         reach = nxt
-    return Support(S_A=reach, S_R=np.eye(n, dtype=np.float32), name=f"khop(k={int(k)})").validate()
+    return Support(S_A=reach, S_R=np.eye(n, dtype=np.float32), name=khop_name(int(k))).validate()
+
+
+def khop_name(k: int) -> str:
+    """The name of ``khop(G, k)``: ``khop(k=<k>)``."""
+    return f"khop(k={k})"
+
+
+def preset_of_name(name: str) -> tuple[str, int | None] | None:
+    """``(preset, kappa)`` of a preset's own name (``"mappo"`` -> ``("mappo", None)``,
+    ``"khop(k=2)"`` -> ``("khop", 2)``); None for any other name."""
+    if name in PRESETS and name != "khop":
+        return name, None
+    match = re.fullmatch(re.escape(khop_name(0)).replace("0", r"(\d+)"), name)
+    return ("khop", int(match.group(1))) if match else None
 
 
 def custom(S_A: Any, S_R: Any, name: str = "custom") -> Support:

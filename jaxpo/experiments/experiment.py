@@ -131,8 +131,8 @@ class RunSettings:
             raise ValueError(f"run.checkpoint_every must be >= 0 (chunks; 0: only each group's final state), "
                              f"got {self.checkpoint_every}")
         if self.checkpoint_every and not self.checkpoint:
-            raise ValueError(f"run.checkpoint_every={self.checkpoint_every} asks for checkpoints, but run.checkpoint "
-                             f"is false")
+            raise ValueError(f"run.checkpoint_every={self.checkpoint_every} asks for periodic checkpoints, but "
+                             f"run.checkpoint is off")
         for field in ("steps", "seeds", "bootstrap_reps", "keep"):
             if getattr(self, field) < 1:
                 raise ValueError(f"run.{field} must be a positive integer, got {getattr(self, field)!r}")

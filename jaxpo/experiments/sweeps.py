@@ -17,7 +17,6 @@ import dataclasses
 import itertools
 import math
 import os
-import re
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
@@ -30,14 +29,14 @@ from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_
 from jaxpo.experiments.settings import Setting, settings, typed_spec
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.compiled import Trainer, trainer
-from jaxpo.program.parallel import agree, check_shared, describe, is_main_process, padded_size
+from jaxpo.program.parallel import agree, describe, is_main_process, padded_size
 from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group
 from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_steps_per_update
 from jaxpo.run.guard import NanGuard
 from jaxpo.run.loggers import MetricsCSV, ProgressBar, make_loggers, parse_loggers
 from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, run_summary, save_figure,
-                              write_atomic, write_csv, write_text)
+                              file_name, write_atomic, write_csv, write_text)
 
 
 def free_memory_bytes(device: jax.Device | None = None) -> int:
@@ -143,8 +142,7 @@ def _default_name(experiment: Experiment, programs: list[Program]) -> str:
     """``<env>-<support or "sweep">-<time>``, of the characters ``[A-Za-z0-9._-]`` only
     (``khop(k=1)`` -> ``khop_k1``), so a shell takes it unquoted."""
     what = "sweep" if experiment.sweep.axes else programs[0].runs[0].setting
-    name = f"{experiment.config.env}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name.replace("=", "").replace(")", "")).strip("_")
+    return file_name(f"{experiment.config.env}-{what}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def load(experiment: Experiment | str | Mapping | None = None, **sections: Mapping[str, Any]) -> Experiment:
@@ -192,11 +190,13 @@ def plan(experiment: Experiment | str | Mapping | None = None, *, resume: bool =
 
 
 def prepare(experiment: Experiment, programs: list[Program], *, resume: bool = False, write: bool = True,
-            described: bool = True) -> Plan:
+            described: bool = True, group_sizes: Sequence[int] | None = None) -> Plan:
     """The ``Plan`` of ``programs`` (the runs of ``experiment``, or ``jaxpo.train``'s):
-    its output directory (``write``: named, created and proven writable), group sizes,
-    and with ``resume`` the checkpoint it continues from, checked against the plan (the
-    one resume check of every door)."""
+    its output directory (``write``: named, created and proven writable), group sizes
+    (``group_sizes``, or by ``run.runs_per_group`` and free memory), and with ``resume``
+    the checkpoint it continues from, checked against the plan (the one resume check of
+    every door). A directory that already holds checkpoints is only resumed, never
+    trained over."""
     if resume and not experiment.run.name:
         raise ValueError("resume needs the run's directory: run.name (and run.out)")
     out_dir = None
@@ -205,13 +205,18 @@ def prepare(experiment: Experiment, programs: list[Program], *, resume: bool = F
         out_dir = os.path.join(experiment.run.out, name)
         experiment = experiment.replace(run={"name": name})
     latest = checkpoint.restore(out_dir) if resume else None
+    if out_dir is not None and not resume and checkpoint.steps(out_dir):
+        raise ValueError(f"{out_dir!r} already holds the checkpoints of a run: resume it (resume=True), or give the "
+                         f"new run another directory")
     if out_dir is not None and is_main_process():
         ensure_writable(out_dir)
     if out_dir is not None and experiment.run.checkpoint:
-        check_shared(out_dir)
+        checkpoint.check_shared(out_dir)
     if latest is not None:
         sizes = checkpoint.check_resumable(latest.meta, to_dict(experiment), [len(p.runs) for p in programs],
                                            [p.num_chunks for p in programs], traced_digests(programs))
+    elif group_sizes is not None:
+        sizes = list(group_sizes)
     else:
         sizes = [group_size(trainer(p.config), len(p.runs), experiment.run.runs_per_group) for p in programs]
         sizes = agree(sizes)  # free memory differs between hosts
@@ -223,9 +228,11 @@ def prepare(experiment: Experiment, programs: list[Program], *, resume: bool = F
 
 
 def traced_digests(programs: Sequence[Program]) -> list[dict[str, str]]:
-    """Per program, the digest of its runs' stacked traced values: a checkpoint resumes
-    only with identical ones."""
-    return [checkpoint.digest(p.hyper) for p in programs]
+    """Per program, digests of its runs' stacked traced values and of their labels and
+    seeds: a checkpoint resumes only with identical ones."""
+    return [{**checkpoint.digest(p.hyper), **checkpoint.digest({"labels": np.array([r.label for r in p.runs]),
+                                                                "seeds": np.array([r.seed for r in p.runs])})}
+            for p in programs]
 
 
 def resume(run_dir: str, *, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = (),
@@ -360,6 +367,7 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard
             program.resumed_updates = group.resumed.chunk * program.config.updates_per_chunk
             if group.resumed.chunk == group.num_chunks:
                 parts.append(group.resumed.metrics)
+                program.state = group.resumed.state if group.resumed.state is not None else program.state
                 continue
         hyper = jax.tree.map(lambda x: x[lo:lo + size], program.hyper)
         seeds = np.array([r.seed for r in runs])

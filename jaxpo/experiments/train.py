@@ -12,6 +12,7 @@ row beside a ``config.yaml`` of the sections that describe it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -20,11 +21,13 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
+from jaxpo.core.support import preset_of_name
 from jaxpo.experiments.experiment import Experiment, RunSettings
 from jaxpo.experiments.settings import settings
 from jaxpo.experiments.sweeps import Program, SweepResult, execute, prepare
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.compiled import trainer
+from jaxpo.program.parallel import padded_size
 from jaxpo.program.learner import TrainState
 from jaxpo.run.events import Hook, Run, env_steps_per_update, setting_of
 from jaxpo.run.report import FINAL_WINDOW, final_mean, plot_curves, save_figure
@@ -119,13 +122,12 @@ def _described(base: Experiment, hyper: Hyper, seeds: np.ndarray, labels: list[s
     """The experiment whose sections expand to exactly these runs (labels, seeds and
     traced values, bitwise), when there is one: one setting of a preset support
     (its label as ``jaxpo.runs`` names it) with shared scalars and consecutive seeds."""
-    setting = setting_of(labels[0])
-    preset = re.fullmatch(r"(ippo|mappo|happo|joint)|khop\(k=(\d+)\)", setting)
+    preset = preset_of_name(setting_of(labels[0]))
     if preset is None or not np.array_equal(seeds, seeds[0] + np.arange(seeds.size)):
         return None
-    support = {"preset": preset.group(1) or "khop", **({"kappa": int(preset.group(2))} if preset.group(2) else {})}
+    support = {"preset": preset[0], **({"kappa": preset[1]} if preset[1] is not None else {})}
     # float32 values as the shortest decimals that give them back (0.003, not 0.0030000000261)
-    scalars = {name: float(str(np.float32(np.asarray(getattr(hyper, name))[0]))) for name in Hyper.scalar_bounds()}
+    scalars = {name: float(str(np.float32(np.asarray(v)[0]))) for name, v in _row_scalars(hyper).items()}
     try:
         candidate = base.replace(hyper=scalars, support=support, run={"seeds": int(seeds.size), "seed": int(seeds[0])})
         (point,) = settings(candidate)
@@ -136,6 +138,27 @@ def _described(base: Experiment, hyper: Hyper, seeds: np.ndarray, labels: list[s
     same = rows[1] == given[1] and all(np.shape(a) == np.shape(b) and np.array_equal(a, b)
                                        for a, b in zip(rows[0], given[0]))
     return candidate if same and expected == labels else None
+
+
+# What train's arguments are called in the experiment it becomes (its errors name the arguments).
+ARGUMENTS = {"run.steps": "num_updates (as env steps)", "run.seeds": "seeds", "run.name": "out_dir", "run.out": "out_dir",
+             "run.progress": "progress", "run.log": "log", "run.checkpoint_every": "checkpoint_every",
+             "run.checkpoint": "checkpoint", "run.keep": "keep", "run.on_nan": "on_nan"}
+
+
+@contextlib.contextmanager
+def _as_arguments():
+    """ValueErrors raised inside name ``train``'s arguments, not the experiment's fields."""
+    try:
+        yield
+    except ValueError as err:
+        text = re.sub(r"(?<![\w/.])run\.[a-z_]+\b", lambda m: ARGUMENTS.get(m[0], m[0]), str(err))
+        raise ValueError(text) from None
+
+
+def _row_scalars(hyper: Hyper) -> dict[str, Any]:
+    """The batched scalar fields of ``hyper``: name -> ``[R]``."""
+    return {name: getattr(hyper, name) for name in Hyper.scalar_bounds()}
 
 
 def train(
@@ -188,18 +211,24 @@ def train(
     if (checkpoint_every or resume) and out_dir is None:
         raise ValueError("checkpoint_every and resume need out_dir (where the checkpoints are)")
     write = out_dir is not None
-    out, name = os.path.split(os.path.normpath(out_dir)) if write else (".", None)
-    try:
-        run = RunSettings(steps=int(num_updates) * config.steps_per_update, seeds=int(seeds.size), out=out or ".",
+    out, name = os.path.split(os.path.abspath(out_dir)) if write else (".", None)
+    if write and not name:
+        raise ValueError(f"out_dir must name a directory (not the file system's root), got {out_dir!r}")
+    with _as_arguments():
+        run = RunSettings(steps=int(num_updates) * config.steps_per_update, seeds=int(seeds.size), out=out,
                           name=name, progress=progress, log=log, checkpoint=bool(checkpoint and write),
                           checkpoint_every=checkpoint_every, keep=keep, on_nan=on_nan)
-    except ValueError as err:  # named as train's arguments, not as the experiment's run section
-        raise ValueError(re.sub(r"\brun\.", "", str(err))) from None
-    base = Experiment(config=config, run=run)
-    described = _described(base, hyper, seeds, labels)
-    runs = [Run(i, label, setting_of(label), int(seed)) for i, (label, seed) in enumerate(zip(labels, seeds))]
-    program = Program(config, int(num_updates), runs, [], hyper=hyper)
-    plan = prepare(described or base, [program], resume=resume, write=write, described=described is not None)
+        base = Experiment(config=config, run=run)
+        described = _described(base, hyper, seeds, labels)
+        # Rows no experiment describes: each run's scalars are its values (the loggers' hyperparameters).
+        values = [{} if described else {f"hyper.{k}": float(np.asarray(v)[r]) for k, v in _row_scalars(hyper).items()}
+                  for r in range(seeds.size)]
+        runs = [Run(i, label, setting_of(label), int(seed), values[i])
+                for i, (label, seed) in enumerate(zip(labels, seeds))]
+        program = Program(config, int(num_updates), runs, [], hyper=hyper)
+        # One group of every run, as one program call: train's results never depend on free memory.
+        plan = prepare(described or base, [program], resume=resume, write=write, described=described is not None,
+                       group_sizes=[padded_size(seeds.size, trainer(config).run_multiple)])
     result: SweepResult = execute(plan, hooks=hooks)
     return TrainResult(
         config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=program.metrics,

@@ -78,20 +78,6 @@ def agree(values: Sequence[int]) -> list[int]:
     return [int(v) for v in multihost_utils.broadcast_one_to_all(np.asarray(values, np.int64))]
 
 
-def check_shared(directory: str) -> None:
-    """In a multi-process run, after process 0 made ``directory``: raises the same
-    ValueError on every process when some process cannot see it (each process writes
-    its own shards of a checkpoint there)."""
-    if jax.process_count() == 1:
-        return
-    multihost_utils.sync_global_devices("jaxpo: run directory made")  # a name every process gives alike
-    seen = np.asarray(multihost_utils.process_allgather(np.asarray(os.path.isdir(directory))))
-    if not seen.all():
-        blind = ", ".join(str(i) for i in np.flatnonzero(~seen))
-        raise ValueError(f"run directory {directory!r} is not visible to process {blind}: checkpoints need storage "
-                         f"every process sees (a shared file system), or none: checkpoint=False (--no-checkpoint)")
-
-
 def is_main_process() -> bool:
     """True on the process that writes outputs (process 0; the only one when single-host)."""
     return jax.process_index() == 0

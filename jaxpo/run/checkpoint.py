@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from jaxpo._version import __version__
 from jaxpo.program.config import Config, config_from_dict, config_to_dict
@@ -182,6 +183,20 @@ class Checkpointer(Hook):
         self.manager.close()
 
 
+def check_shared(directory: str) -> None:
+    """In a multi-process run, after process 0 made ``directory``: raises the same
+    ValueError on every process when some process cannot see it (each process writes
+    its own shards of a checkpoint there)."""
+    if jax.process_count() == 1:
+        return
+    multihost_utils.sync_global_devices("jaxpo: run directory made")  # a name every process gives alike
+    seen = np.asarray(multihost_utils.process_allgather(np.asarray(os.path.isdir(directory))))
+    if not seen.all():
+        blind = ", ".join(str(i) for i in np.flatnonzero(~seen))
+        raise ValueError(f"run directory {directory!r} is not visible to process {blind}: checkpoints need storage "
+                         f"every process sees (a shared file system), or none: checkpoint=False (--no-checkpoint)")
+
+
 def _plain(value: Any) -> Any:
     """JSON-ready: numpy scalars and arrays as Python numbers and lists."""
     if isinstance(value, Mapping):
@@ -258,7 +273,7 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
             meta = read_meta(run_dir, s)
             if not accept(meta):
                 continue
-            _check_format(meta, run_dir)
+            check_format(meta, run_dir)
             items = {"history": ocp.args.StandardRestore()}
             abstract = None
             if target is not None:
@@ -285,7 +300,7 @@ class IncompatibleCheckpoint(ValueError):
     """A readable checkpoint that this jaxpo cannot resume."""
 
 
-def _check_format(meta: Mapping[str, Any], run_dir: str) -> None:
+def check_format(meta: Mapping[str, Any], run_dir: str) -> None:
     version, mine = str(meta.get("jaxpo", "?")), _version()
     if meta.get("format") != FORMAT or version.split(".")[:2] != mine.split(".")[:2]:
         raise IncompatibleCheckpoint(f"the checkpoint in {run_dir!r} was written by jaxpo {version} (checkpoint "
@@ -345,9 +360,9 @@ def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], prog
         raise ValueError(f"cannot resume: the number of runs differs (checkpoint {sum(saved_runs)}, "
                          f"now {sum(program_runs)}): " + "; ".join(differences(meta["experiment"], experiment)))
     diffs = [d for d in differences(meta["experiment"], experiment) if d.split(":")[0] not in FREE_ON_RESUME]
-    if not diffs:  # the traced values differ where the experiment's sections do not say how
-        diffs = [f"the traced values of program {p} ({d.split(':')[0]})"
-                 for p, (saved, now) in enumerate(zip(meta["traced"], traced)) for d in differences(saved, now)]
+    # what the sections do not show: the traced values, labels and seeds (jaxpo.train's own rows)
+    diffs += [f"program {p}'s {d.split(':')[0]} (its runs' traced values, labels or seeds)"
+              for p, (saved, now) in enumerate(zip(meta["traced"], traced)) for d in differences(saved, now)]
     one_group = len(sizes) == 1 and sizes[0] >= saved_runs[0]
     if one_group:
         diffs = [d for d in diffs if not d.startswith("run.steps:")]

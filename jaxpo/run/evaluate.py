@@ -85,9 +85,12 @@ def latest_groups(run_dir: str) -> dict[int, int]:
     newest: dict[int, int] = {}
     for step in checkpoint.steps(run_dir):
         try:
-            newest[int(checkpoint.read_meta(run_dir, step)["group"])] = step
+            meta = checkpoint.read_meta(run_dir, step)
         except ValueError as err:  # an unreadable step: the group's previous one serves
             warnings.warn(str(err))
+            continue
+        checkpoint.check_format(meta, run_dir)  # another jaxpo's checkpoint: a clear error
+        newest[int(meta["group"])] = step
     return newest
 
 

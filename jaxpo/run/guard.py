@@ -95,6 +95,6 @@ class NanGuard:
             update, names = self.diverged[run_id]
             message = f"run {run_id} ({labels[run_id]}) became non-finite by update {update}: {', '.join(names)}"
             if self.on_nan == "stop":
-                raise NonFiniteError(f"{message}. Stopped (on_nan='stop'); the last checkpoint before it is kept. "
+                raise NonFiniteError(f"{message}. Stopped (on_nan='stop'); every checkpoint saved before it is kept. "
                                      f"Lower the learning rate, or use on_nan='mask' to let the other runs go on.")
             self.log(f"warning: {message}; its metrics are NaN from there on, the other runs go on (on_nan='mask')")

@@ -2,7 +2,9 @@
 
 Every logger is a ``RunLogger``: the base walks the group's runs × the chunk's
 updates once and hands each backend one run's row at a time (``record``), then
-``flush``es; a resumed group writes its checkpointed chunks back the same way.
+``flush``es. On resume the CSV gets the checkpointed chunks back through the same
+``write``; TensorBoard drops its events after the checkpoint (``purge_step``) and W&B
+continues its runs, so neither needs them.
 
     csv          metrics.csv, long format (``MetricsCSV``; the default)
     tensorboard  tensorboardX event files, one directory per run under
@@ -22,13 +24,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from jaxpo.run.events import RUN_COLUMNS, ChunkEvent, Group, Hook, Run
-from jaxpo.run.report import AppendCSV
+from jaxpo.run.report import AppendCSV, file_name
 
 LOGGERS = ("csv", "tensorboard", "wandb")
 
@@ -62,7 +63,7 @@ def run_params(run: Run, context: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_directory_name(run: Run) -> str:
     """``007-khop_k1_seed0``: sortable, and safe as a file name."""
-    return f"{run.run_id:03d}-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", run.label).strip("_")
+    return f"{run.run_id:03d}-{file_name(run.label)}"
 
 
 class RunLogger(Hook):

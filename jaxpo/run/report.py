@@ -15,6 +15,7 @@ import csv
 import io
 import math
 import os
+import re
 import tempfile
 import warnings
 from collections import defaultdict
@@ -24,6 +25,12 @@ import numpy as np
 
 # The share of a run's last updates that ``final_*`` statistics average over.
 FINAL_WINDOW = 0.1
+
+
+def file_name(text: str) -> str:
+    """``text`` in the characters ``[A-Za-z0-9._-]`` only, so a shell takes it unquoted:
+    ``khop(k=1)/seed0`` -> ``khop_k1_seed0``, ``lr=0.001`` -> ``lr0.001``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", re.sub(r"[=)]", "", text)).strip("_")
 
 
 def ensure_writable(directory: str) -> str:
