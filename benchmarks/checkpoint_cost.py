@@ -5,7 +5,8 @@ Run (defaults: MPE simple_spread, 16 runs × 64 envs, T = 64, 8 chunks of 1 upda
     python benchmarks/checkpoint_cost.py          # ~2 min on 2 CPU cores
 
 Lines:
-    kind "train"       the same sweep with ``checkpoint_every`` 0 (never) and 1 (every
+    kind "train"       the same sweep with no checkpoint at all (``checkpoint`` false), the
+                       default (each group's final state) and ``checkpoint_every`` 1 (every
                        chunk): env_steps_per_s after the first chunk (compile), wall_s.
     kind "checkpoint"  one checkpoint: size_mib on disk, blocking_s (``save`` returns:
                        the arrays are copied off the device) and total_s (until written).
@@ -46,16 +47,18 @@ def main() -> None:
     steps = args.chunks * args.num_envs * args.num_steps
     common = {"env": args.env, "runs": args.runs, "num_envs": args.num_envs, "num_steps": args.num_steps,
               "backend": jax.default_backend()}
-    for every in (0, 0, 1):  # the first run pays the compile for both
-        name = f"every{every}"
+    # (checkpoint, checkpoint_every): the first run pays the compile for all
+    for i, (keep_any, every) in enumerate([(False, 0), (False, 0), (True, 0), (True, 1)]):
+        name = f"every{every}" if keep_any and every else f"run{i}"
         start = time.perf_counter()
         result = jaxpo.sweep({"config": config, "run": {"seeds": args.runs, "steps": steps, "out": out, "name": name,
-                                                        "progress": False, "checkpoint_every": every}})
+                                                        "progress": False, "checkpoint": keep_any,
+                                                        "checkpoint_every": every}})
         wall = time.perf_counter() - start
         program = result.programs[0]
         timed = result.seconds - program.first_chunk_seconds
         env_steps = args.runs * (program.num_updates - 1) * program.config.steps_per_update
-        print(json.dumps({"kind": "train", **common, "checkpoint_every": every,
+        print(json.dumps({"kind": "train", **common, "checkpoint": keep_any, "checkpoint_every": every,
                           "env_steps_per_s": round(env_steps / timed), "wall_s": round(wall, 2)}), flush=True)
 
     run_dir = os.path.join(out, "every1")

@@ -21,7 +21,7 @@ def test_tensorboard_has_one_series_per_run_and_metric_and_the_hyperparameters(t
     result, run_dir = trained_run
     metrics = result.programs[0].metrics
     runs = sorted(os.listdir(os.path.join(run_dir, "tensorboard")))
-    assert runs == ["000-khop_k=1_seed0", "001-khop_k=1_seed1"]
+    assert runs == ["000-khop_k1_seed0", "001-khop_k1_seed1"]
     for r, name in enumerate(runs):
         events = EventAccumulator(os.path.join(run_dir, "tensorboard", name))
         events.Reload()

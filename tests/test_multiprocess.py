@@ -17,7 +17,7 @@ import pytest
 from jaxpo.run.report import read_csv
 
 EXPERIMENT = """
-config: {env: MPE_simple_spread_v3, num_envs: 4, num_steps: 8, updates_per_chunk: 2, num_epochs: 1,
+config: {env: public_goods, env_kwargs: {num_agents: 3, max_steps: 8}, num_envs: 4, num_steps: 8, updates_per_chunk: 2, num_epochs: 1,
          num_minibatches: 1, hidden: [16]}
 run: {steps: 128, seeds: 8, name: mp, progress: false, bootstrap_reps: 100}
 sweep: {grid: {lr: [0.001, 0.003]}}
@@ -60,34 +60,43 @@ def experiment_file(tmp_path_factory):
     return str(path)
 
 
-def test_two_processes_equal_one_process_bitwise(experiment_file, tmp_path):
-    one, two, quiet = (str(tmp_path / d) for d in ("one", "two", "quiet"))
-    code, _, err = finish(start(["--config", experiment_file, "--out", one, "--no-checkpoint"], devices=8))
+@pytest.fixture(scope="module")
+def one_process(experiment_file, tmp_path_factory):
+    """The reference of both two-process tests: one process with 8 devices, 256 env steps
+    (8 updates; its first 4 are a 128-step run's, bitwise), no checkpoint."""
+    one = str(tmp_path_factory.mktemp("one"))
+    code, _, err = finish(start(["--config", experiment_file, "--out", one, "--steps", "256", "--no-checkpoint"],
+                                devices=8))
     assert code == 0, err[-3000:]
+    return os.path.join(one, "mp")
+
+
+def test_two_processes_equal_one_process_bitwise(experiment_file, one_process, tmp_path):
+    two, quiet = (str(tmp_path / d) for d in ("two", "quiet"))
     procs = peers(experiment_file, [two, quiet], free_port(), flags=["--no-checkpoint"])  # no shards to write
     results = [finish(p) for p in procs]
     for i, (code, _, err) in enumerate(results):
         assert code == 0, f"process {i}:\n{err[-3000:]}"
     assert "runs per group: 16" in results[0][1]  # 16 runs in one group over 2 × 4 devices
 
-    single, multi = read_csv(os.path.join(one, "mp", "metrics.csv")), read_csv(os.path.join(two, "mp", "metrics.csv"))
+    single, multi = read_csv(os.path.join(one_process, "metrics.csv")), read_csv(os.path.join(two, "mp", "metrics.csv"))
     assert len(multi["run_id"]) == 16 * 4  # runs × updates
     for name in single:
-        a, b = np.asarray(single[name]), np.asarray(multi[name])
+        a, b = np.asarray(single[name])[:16 * 4], np.asarray(multi[name])  # the first two chunks: updates 1..4
         if a.dtype.kind == "f":
             np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=name)
             assert np.array_equal(a[~np.isnan(a)], b[~np.isnan(b)]), name
         else:
             assert a.tolist() == b.tolist(), name
-    assert sorted(os.listdir(os.path.join(two, "mp"))) == sorted(os.listdir(os.path.join(one, "mp")))
+    assert sorted(os.listdir(os.path.join(two, "mp"))) == sorted(os.listdir(one_process))
     assert not os.path.exists(quiet)  # process 1 writes nothing
 
 
-def test_two_processes_checkpoint_and_one_process_resumes_bitwise(experiment_file, tmp_path):
+def test_two_processes_checkpoint_and_one_process_resumes_bitwise(experiment_file, one_process, tmp_path):
     """Both processes write their shards of each checkpoint into one shared directory;
     one process with 8 devices resumes it (another mesh, another process count) and
     trains on, bitwise as one process trained straight through."""
-    shared, one = str(tmp_path / "shared"), str(tmp_path / "one")
+    shared = str(tmp_path / "shared")
     flags, port = ["--checkpoint-every", "1"], free_port()
     procs = [start(["--config", experiment_file, "--out", shared, *flags, "--coordinator", f"localhost:{port}",
                     "--num-processes", "2", "--process-id", str(i)], devices=4) for i in range(2)]
@@ -95,13 +104,10 @@ def test_two_processes_checkpoint_and_one_process_resumes_bitwise(experiment_fil
         assert code == 0, f"process {i}:\n{err[-3000:]}"
     state_dir = os.path.join(shared, "mp", "checkpoints", "2", "state")
     assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state_dir))
-    resumed = start(["--resume", os.path.join(shared, "mp"), "--steps", "256"], devices=8)
-    straight = start(["--config", experiment_file, "--out", one, "--steps", "256"], devices=8)
-    for proc in (resumed, straight):
-        code, _, err = finish(proc)
-        assert code == 0, err[-3000:]
-    with open(os.path.join(shared, "mp", "metrics.csv")) as a, open(os.path.join(one, "mp", "metrics.csv")) as b:
-        assert a.read() == b.read()
+    code, _, err = finish(start(["--resume", os.path.join(shared, "mp"), "--steps", "256"], devices=8))
+    assert code == 0, err[-3000:]
+    with open(os.path.join(shared, "mp", "metrics.csv")) as a, open(os.path.join(one_process, "metrics.csv")) as b:
+        assert a.read() == b.read()  # as one process trained straight through
 
 
 def test_checkpoints_on_storage_one_process_cannot_see_are_a_clear_error(experiment_file, tmp_path):

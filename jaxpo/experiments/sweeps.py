@@ -293,7 +293,10 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
             metric_names = sorted({m for tr in trainers for m in tr.metric_names})
             csv = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names)
             logs.append(csv)
-        logs += make_loggers(loggers, out_dir, context)
+        # the loggers' hyperparameters: sections that do not describe the runs are left out (each
+        # jaxpo.train run then carries its own scalars in its values)
+        described = {k: v for k, v in context.items() if plan_.described or k not in ("hyper", "support")}
+        logs += make_loggers(loggers, out_dir, described)
     guard = NanGuard(run.on_nan, log=log, diverged=plan_.resume.meta.get("diverged") if plan_.resume else None)
     saver = None
     if run.checkpoint and out_dir is not None:

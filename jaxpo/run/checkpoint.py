@@ -265,7 +265,7 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
     candidates = steps(run_dir) if step is None else [step]
     if not candidates:
         raise ValueError(f"{run_dir!r} holds no complete checkpoint (looked in {directory}); "
-                         f"it was trained with checkpoint=False, or stopped before its first checkpoint")
+                         f"it was trained without checkpoints (checkpoint=False, --no-checkpoint), or stopped before its first")
     ocp = _ocp()
     problems = []
     for s in reversed(candidates):
