@@ -96,6 +96,20 @@ def test_no_checkpoint_opts_out(tmp_path, capsys):
         jaxpo.train(python, hyper, seeds, num_updates=2, out_dir=str(tmp_path / "py2"), checkpoint_every=-1)
 
 
+def test_a_directory_holding_checkpoints_is_resumed_never_trained_over(both, tmp_path, capsys):
+    cli_dir, _, result = both
+    copy = shutil.copytree(cli_dir, tmp_path / "run")
+    before = {step: checkpoint.read_meta(str(copy), step) for step in checkpoint.steps(str(copy))}
+    with pytest.raises(ValueError, match="already holds the checkpoints of a run: resume it"):
+        python_train(copy)
+    flags = ["train", *ENV, "--seeds", "2", "--steps", str(UPDATES * 128), "--no-progress", "--out", str(tmp_path),
+             "--name", "run"]
+    assert cli.main(flags) == 2
+    assert "already holds the checkpoints of a run: resume it" in capsys.readouterr().err
+    assert {step: checkpoint.read_meta(str(copy), step) for step in checkpoint.steps(str(copy))} == before
+    assert open(copy / "metrics.csv").read() == open(os.path.join(cli_dir, "metrics.csv")).read()  # untouched
+
+
 def test_rows_no_experiment_describes_are_kept_in_hyper_npz(tmp_path):
     config = jaxpo.Config(env="public_goods", num_envs=8, num_steps=16, updates_per_chunk=2)
     hyper, seeds, labels = jaxpo.runs([jaxpo.support.ippo(8), jaxpo.support.mappo(8)], seeds=[3, 4], lr=1e-3)

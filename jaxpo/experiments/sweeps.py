@@ -206,8 +206,8 @@ def prepare(experiment: Experiment, programs: list[Program], *, resume: bool = F
         experiment = experiment.replace(run={"name": name})
     latest = checkpoint.restore(out_dir) if resume else None
     if out_dir is not None and not resume and checkpoint.steps(out_dir):
-        raise ValueError(f"{out_dir!r} already holds the checkpoints of a run: resume it (resume=True), or give the "
-                         f"new run another directory")
+        raise ValueError(f"{out_dir!r} already holds the checkpoints of a run: resume it (resume=True, --resume DIR), "
+                         f"or give the new run another directory")
     if out_dir is not None and is_main_process():
         ensure_writable(out_dir)
     if out_dir is not None and experiment.run.checkpoint:
