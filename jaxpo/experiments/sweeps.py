@@ -295,8 +295,8 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
             logs.append(csv)
         # the loggers' hyperparameters: sections that do not describe the runs are left out (each
         # jaxpo.train run then carries its own scalars in its values)
-        described = {k: v for k, v in context.items() if plan_.described or k not in ("hyper", "support")}
-        logs += make_loggers(loggers, out_dir, described)
+        logged = {k: v for k, v in context.items() if plan_.described or k not in ("hyper", "support")}
+        logs += make_loggers(loggers, out_dir, logged)
     guard = NanGuard(run.on_nan, log=log, diverged=plan_.resume.meta.get("diverged") if plan_.resume else None)
     saver = None
     if run.checkpoint and out_dir is not None:
