@@ -91,8 +91,8 @@ def replay():
         seqs = jax.tree.map(lambda x: to_sequences(x, 4), traj)
         h0, first, tm = tr.learner._unroll_inputs(seqs)
         dist = tr.net.unroll_policy(params["actor"], h0["actor"], tm(seqs.obs), tm(seqs.action_mask), first)
-        values = tr.net.unroll_value(params["critic"], h0["critic"], tm(seqs.critic_obs), first)
-        no_reset = tr.net.unroll_value(params["critic"], h0["critic"], tm(seqs.critic_obs), jnp.zeros_like(first))
+        values = tr.net.unroll_value(params, h0, tm(seqs.critic_obs), first)
+        no_reset = tr.net.unroll_value(params, h0, tm(seqs.critic_obs), jnp.zeros_like(first))
         return traj, seqs, tm(dist.log_prob(tm(seqs.action))), tm(values), tm(no_reset)
 
     return jax.device_get(run())

@@ -87,6 +87,11 @@ class MLP(nn.Module):
     ``num_ids`` N > 0 the input is ``[..., N, D]`` and each agent's one-hot id is an
     implicit extra input of the first layer (``IdDense``). Layers are named
     ``Dense_0``, ``Dense_1``, … in order.
+
+    With ``value_head`` the network is an actor-critic on one trunk (JaxMARL IPPO's
+    ``ActorCritic``): the first layer is shared, then two branches of the remaining
+    ``hidden[1:]`` layers — the actor's head as above and a value head (``value_Dense_*``,
+    init scale 1) — whose outputs are concatenated: ``[..., out + 1]``, the value last.
     """
 
     hidden: Sequence[int]
@@ -95,16 +100,18 @@ class MLP(nn.Module):
     out_scale: float = 1.0
     log_std: bool = False
     num_ids: int = 0
+    value_head: bool = False
 
-    def dense(self, index: int, features: int, scale: float) -> nn.Module:
-        """Layer ``index`` (0 = the input layer, which sees the agent ids)."""
+    def dense(self, index: int, features: int, scale: float, prefix: str = "") -> nn.Module:
+        """Layer ``index`` of a branch (0 = the input layer, which sees the agent ids)."""
         if index == 0 and self.num_ids:
             return IdDense(features, self.num_ids, orthogonal(scale), name="Dense_0")
-        return nn.Dense(features, kernel_init=orthogonal(scale), name=f"Dense_{index}")
+        return nn.Dense(features, kernel_init=orthogonal(scale), name=f"{prefix}Dense_{index}")
 
-    def trunk(self, x: jax.Array) -> jax.Array:
-        for i, width in enumerate(self.hidden):
-            x = ACTIVATIONS[self.activation](self.dense(i, width, np.sqrt(2.0))(x))
+    def layers(self, x: jax.Array, start: int, stop: int | None = None, prefix: str = "") -> jax.Array:
+        """Hidden layers ``start`` … ``stop - 1`` (default: to the last) of a branch."""
+        for i, width in enumerate(self.hidden[start:stop], start=start):
+            x = ACTIVATIONS[self.activation](self.dense(i, width, np.sqrt(2.0), prefix)(x))
         return x
 
     def head(self, x: jax.Array) -> jax.Array:
@@ -114,9 +121,18 @@ class MLP(nn.Module):
         log_std = self.param("log_std", nn.initializers.zeros, (self.out_dim,))
         return jnp.concatenate([out, jnp.broadcast_to(log_std, out.shape)], axis=-1)
 
+    def branches(self, x: jax.Array) -> jax.Array:
+        """Everything after the first layer: the actor's layers and head, and with
+        ``value_head`` the value branch's, concatenated."""
+        out = self.head(self.layers(x, 1))
+        if not self.value_head:
+            return out
+        value = self.dense(len(self.hidden), 1, 1.0, "value_")(self.layers(x, 1, prefix="value_"))
+        return jnp.concatenate([out, value], axis=-1)
+
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.head(self.trunk(x))
+        return self.branches(self.layers(x, 0, 1))
 
 
 def reset_carry(h: jax.Array, first: jax.Array) -> jax.Array:
@@ -131,7 +147,8 @@ class GRUNet(MLP):
         ``(h0 [..., H], xs [L, ..., D], first bool [L, *P]) -> (h_L [..., H], ys [L, ..., out])``
 
     Dense(H) → GRU cell → Dense(``hidden[1:]``) → head (purejaxrl's and MAPPO's
-    recurrent layout: embed, recur, then feed-forward). The hidden state is zeroed
+    recurrent layout: embed, recur, then feed-forward); with ``value_head`` the
+    embedding and GRU are the shared trunk (JaxMARL IPPO's ``ActorCriticRNN``). The hidden state is zeroed
     before every step whose ``first`` is set (``first``'s shape is a prefix of the
     batch shape ``[...]``). Only the cell runs inside the scan; the layers around it
     see all L steps at once (a scan iteration's fixed cost dominates on CPU).
@@ -143,8 +160,7 @@ class GRUNet(MLP):
 
     @nn.compact
     def __call__(self, h: jax.Array, xs: jax.Array, first: jax.Array) -> tuple[jax.Array, jax.Array]:
-        act = ACTIVATIONS[self.activation]
-        xs = act(self.dense(0, self.hidden[0], np.sqrt(2.0))(xs))
+        xs = self.layers(xs, 0, 1)
 
         def step(cell, h, inputs):
             x, new_episode = inputs
@@ -154,9 +170,7 @@ class GRUNet(MLP):
         # Our orthogonal init for the recurrent kernel too: flax's default takes a QR (see `orthogonal`).
         cell = nn.GRUCell(self.hidden[0], kernel_init=orthogonal(), recurrent_kernel_init=orthogonal())
         h, ys = scan(cell, h, (xs, first))
-        for i, width in enumerate(self.hidden[1:], start=1):
-            ys = act(self.dense(i, width, np.sqrt(2.0))(ys))
-        return h, self.head(ys)
+        return h, self.branches(ys)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,10 +287,15 @@ class ActorCritic:
 
     ``params`` is ``{"actor": ..., "critic": ...}``; a hidden state ("carry") is
     ``{"actor": [..., N, H], "critic": [..., N, H]}`` (H = 0 when feed-forward).
+
+    With a shared trunk (``critic`` None) the actor's network is the whole
+    actor-critic — one trunk, a policy and a value head (``MLP.value_head``) — so
+    ``params["critic"]`` is empty, the critic reads the actor's observation and
+    carries no hidden state of its own; every method below works for both layouts.
     """
 
     actor: AgentNetwork
-    critic: AgentNetwork
+    critic: AgentNetwork | None
     continuous: bool = False
 
     @classmethod
@@ -291,22 +310,28 @@ class ActorCritic:
         shared: bool = True,
         recurrent: bool = False,
         continuous: bool = False,
+        shared_trunk: bool = False,
     ) -> "ActorCritic":
-        """``num_actions``: discrete action count, or the action vector's width when ``continuous``."""
+        """``num_actions``: discrete action count, or the action vector's width when
+        ``continuous``. ``shared_trunk``: one trunk for actor and critic (the critic
+        then reads the actor's input: ``critic_dim`` must equal ``obs_dim``)."""
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         hidden = tuple(int(h) for h in hidden)
         if not hidden or min(hidden) < 1:
             raise ValueError(f"hidden must be a non-empty sequence of positive widths, got {hidden}")
+        if shared_trunk and critic_dim != obs_dim:
+            raise ValueError(f"a shared trunk reads the actor's observation, so critic_dim ({critic_dim}) "
+                             f"must equal obs_dim ({obs_dim})")
         module = GRUNet if recurrent else MLP
+        ids = num_agents if shared else 0  # one network for all agents, told apart by their ids
         # out_scale 0.01: a near-uniform initial policy (near-zero Gaussian mean).
-        actor = module(hidden, num_actions, activation, out_scale=0.01, log_std=continuous)
-        critic = module(hidden, 1, activation, out_scale=1.0)
-        if shared:  # one network for all agents, told apart by their ids
-            actor, critic = actor.clone(num_ids=num_agents), critic.clone(num_ids=num_agents)
+        actor = module(hidden, num_actions, activation, out_scale=0.01, log_std=continuous, num_ids=ids,
+                       value_head=shared_trunk)
+        critic = None if shared_trunk else module(hidden, 1, activation, out_scale=1.0, num_ids=ids)
         return cls(
             actor=AgentNetwork(actor, num_agents, obs_dim, shared),
-            critic=AgentNetwork(critic, num_agents, critic_dim, shared),
+            critic=None if critic is None else AgentNetwork(critic, num_agents, critic_dim, shared),
             continuous=continuous,
         )
 
@@ -314,17 +339,30 @@ class ActorCritic:
     def recurrent(self) -> bool:
         return self.actor.recurrent
 
+    @property
+    def shared_trunk(self) -> bool:
+        return self.critic is None
+
     def init(self, key: jax.Array) -> dict[str, Any]:
         key_actor, key_critic = jax.random.split(key)
-        return {"actor": self.actor.init(key_actor), "critic": self.critic.init(key_critic)}
+        critic = {} if self.shared_trunk else self.critic.init(key_critic)
+        return {"actor": self.actor.init(key_actor), "critic": critic}
 
     def initial_carry(self, batch_shape: Sequence[int]) -> dict[str, jax.Array]:
         """Zero hidden states ``{"actor", "critic"}: [*batch_shape, N, H]``."""
         n = self.actor.num_agents
+        critic_dim = 0 if self.shared_trunk else self.critic.carry_dim
         return {
             "actor": jnp.zeros((*batch_shape, n, self.actor.carry_dim), jnp.float32),
-            "critic": jnp.zeros((*batch_shape, n, self.critic.carry_dim), jnp.float32),
+            "critic": jnp.zeros((*batch_shape, n, critic_dim), jnp.float32),
         }
+
+    def _split(self, out: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """The actor network's output as ``(policy outputs [..., A or 2A], values [...] or
+        None)``: with a shared trunk its last column is the value."""
+        if self.shared_trunk:
+            return out[..., :-1], out[..., -1]
+        return out, None
 
     def distribution(self, out: jax.Array, action_mask: jax.Array) -> Distribution:
         """The action distribution, batch ``[...]``, from actor outputs ``out [..., A]``
@@ -347,31 +385,60 @@ class ActorCritic:
         [..., N, A]``, ``critic_obs [..., N, C]``, ``first bool [...]`` ->
         ``(carry', distribution with batch [..., N], values [..., N])``."""
         h_actor, out = self.actor.step(params["actor"], carry["actor"], obs, first)
-        h_critic, values = self.critic.step(params["critic"], carry["critic"], critic_obs, first)
-        return {"actor": h_actor, "critic": h_critic}, self.distribution(out, action_mask), values[..., 0]
+        out, values = self._split(out)
+        h_critic = carry["critic"]
+        if values is None:
+            h_critic, values = self.critic.step(params["critic"], carry["critic"], critic_obs, first)
+            values = values[..., 0]
+        return {"actor": h_actor, "critic": h_critic}, self.distribution(out, action_mask), values
 
-    def next_value(self, params: dict[str, Any], critic_carry: jax.Array, critic_obs: jax.Array) -> jax.Array:
-        """Value ``[..., N]`` of an observation that continues the episode whose critic
-        hidden state is ``critic_carry [..., N, H]`` (the bootstrap of a truncation)."""
+    def policy_step(self, actor_params: Any, carry: jax.Array, obs: jax.Array, action_mask: jax.Array,
+                    first: jax.Array) -> tuple[jax.Array, Distribution]:
+        """The actor alone, one step: ``carry [..., N, H]`` (the actor's), ``obs [..., N, O]``,
+        ``action_mask [..., N, A]``, ``first bool [...]`` -> ``(carry', distribution)``."""
+        carry, out = self.actor.step(actor_params, carry, obs, first)
+        return carry, self.distribution(self._split(out)[0], action_mask)
+
+    def next_value(self, params: dict[str, Any], carry: dict[str, jax.Array], critic_obs: jax.Array) -> jax.Array:
+        """Value ``[..., N]`` of an observation that continues the episode whose hidden
+        states are ``carry`` (``[..., N, H]`` each): the bootstrap of a truncation."""
         first = jnp.zeros(critic_obs.shape[:-2], bool)
-        return self.critic.step(params["critic"], critic_carry, critic_obs, first)[1][..., 0]
+        if self.shared_trunk:
+            return self._split(self.actor.step(params["actor"], carry["actor"], critic_obs, first)[1])[1]
+        return self.critic.step(params["critic"], carry["critic"], critic_obs, first)[1][..., 0]
+
+    def unroll(
+        self, params: dict[str, Any], h0: dict[str, jax.Array], obs: jax.Array, action_mask: jax.Array,
+        critic_obs: jax.Array, first: jax.Array,
+    ) -> tuple[Distribution, jax.Array]:
+        """Time-major sequences, actor and critic together: ``h0 {"actor", "critic"}:
+        [..., N, H]``, ``obs [L, ..., N, O]``, ``action_mask [L, ..., N, A]``,
+        ``critic_obs [L, ..., N, C]``, ``first [L, ...]`` -> ``(distribution with batch
+        [L, ..., N], values [L, ..., N])`` (a shared trunk runs once for both)."""
+        out, values = self._split(self.actor.unroll(params["actor"], h0["actor"], obs, first))
+        if values is None:
+            values = self.critic.unroll(params["critic"], h0["critic"], critic_obs, first)[..., 0]
+        return self.distribution(out, action_mask), values
 
     def unroll_policy(
         self, actor_params: Any, h0: jax.Array, obs: jax.Array, action_mask: jax.Array, first: jax.Array
     ) -> Distribution:
         """Time-major sequences: ``h0 [..., N, H]``, ``obs [L, ..., N, O]``, ``action_mask
         [L, ..., N, A]``, ``first [L, ...]`` -> distribution with batch ``[L, ..., N]``."""
-        return self.distribution(self.actor.unroll(actor_params, h0, obs, first), action_mask)
+        return self.distribution(self._split(self.actor.unroll(actor_params, h0, obs, first))[0], action_mask)
 
-    def unroll_value(self, critic_params: Any, h0: jax.Array, critic_obs: jax.Array, first: jax.Array) -> jax.Array:
-        """Time-major: ``h0 [..., N, H]``, ``critic_obs [L, ..., N, C]``, ``first [L, ...]``
-        -> values ``[L, ..., N]``."""
-        return self.critic.unroll(critic_params, h0, critic_obs, first)[..., 0]
+    def unroll_value(self, params: dict[str, Any], h0: dict[str, jax.Array], critic_obs: jax.Array,
+                     first: jax.Array) -> jax.Array:
+        """Time-major: ``h0 {"actor", "critic"}: [..., N, H]``, ``critic_obs [L, ..., N, C]``,
+        ``first [L, ...]`` -> values ``[L, ..., N]``."""
+        if self.shared_trunk:
+            return self._split(self.actor.unroll(params["actor"], h0["actor"], critic_obs, first))[1]
+        return self.critic.unroll(params["critic"], h0["critic"], critic_obs, first)[..., 0]
 
     def policy(self, params: dict[str, Any], obs: jax.Array, action_mask: jax.Array) -> Distribution:
         """Feed-forward: ``obs [..., N, O]``, ``action_mask bool [..., N, A]`` -> distribution
         with batch shape ``[..., N]`` (see ``distribution`` for the masks)."""
-        return self.distribution(self.actor(params["actor"], obs), action_mask)
+        return self.distribution(self._split(self.actor(params["actor"], obs))[0], action_mask)
 
     def agent_policy(
         self, agent_actor_params: Any, obs: jax.Array, action_mask: jax.Array,
@@ -388,6 +455,8 @@ class ActorCritic:
         """
         if self.actor.shared:
             raise ValueError("agent_policy needs per-agent parameters (shared=False)")
+        if self.shared_trunk:
+            raise ValueError("agent_policy needs separate actor and critic networks (no shared trunk)")
         apply = functools.partial(self.actor.module.apply, agent_actor_params)
         if not self.recurrent:
             return self.distribution(apply(obs), action_mask)
@@ -397,4 +466,6 @@ class ActorCritic:
 
     def value(self, params: dict[str, Any], critic_obs: jax.Array) -> jax.Array:
         """Feed-forward: ``critic_obs [..., N, C] -> values [..., N]``."""
+        if self.shared_trunk:
+            return self._split(self.actor(params["actor"], critic_obs))[1]
         return self.critic(params["critic"], critic_obs)[..., 0]

@@ -229,7 +229,7 @@ def rollout(
             reward=next_ts.reward,
             terminated=next_ts.terminated,
             truncated=next_ts.truncated,
-            final_value=net.next_value(params, carry["critic"], final_critic_obs),
+            final_value=net.next_value(params, carry, final_critic_obs),
             episode_return=jnp.where(done, episode_return.mean(-1), 0.0),
             episode_length=jnp.where(done, episode_length, 0),
             episode_won=None if next_ts.won is None else done & next_ts.won,

@@ -172,6 +172,8 @@ def settings(experiment: Experiment) -> list[Setting]:
             env = config.make_env()
             support = point.support.build(env)
             hyper = Hyper.create(support, **point.hyper.scalars())
+            if config.anneal_lr:  # its default horizon: the run's own length
+                hyper = hyper.with_horizon(num_updates)
         except ValueError as err:
             raise ValueError(f"setting {label}: {err}" if label else str(err)) from None
         label = label or support.name

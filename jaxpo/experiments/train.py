@@ -102,6 +102,8 @@ def check_batch(config: Config, hyper: Hyper, seeds: Any, num_updates: Any, labe
         hyper = Hyper.stack([hyper] * num_runs)
     if np.ndim(hyper.S_A) != 3 or hyper.S_A.shape[0] != num_runs:
         raise ValueError(f"hyper must be batched over {num_runs} runs (one per seed), got S_A {np.shape(hyper.S_A)}")
+    if config.anneal_lr:  # its default horizon: the run's own length
+        hyper = hyper.with_horizon(num_updates)
     labels = list(labels) if labels is not None else [f"run{i}" for i in range(num_runs)]
     if len(labels) != num_runs:
         raise ValueError(f"labels must have one entry per run ({num_runs}), got {len(labels)}")

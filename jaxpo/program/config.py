@@ -74,6 +74,13 @@ class Config:
         value_loss: "mse" (clipped squared error) or "huber" (clipped Huber with
             δ = huber_delta, MAPPO's critic loss).
         recurrent: GRU actor and critic, hidden states reset exactly where episodes start.
+        shared_trunk: one trunk for actor and critic — the first layer (and the GRU when
+            recurrent), then a policy and a value head each with the ``hidden[1:]``
+            layers (JaxMARL IPPO's ``ActorCriticRNN``); the critic reads the actor's
+            observation (critic_input local). Simultaneous scheme only.
+        anneal_lr: the learning rate decays linearly from ``lr`` to 0 over ``lr_horizon``
+            updates (by default the run's own), constant within an update — JaxMARL's and
+            Mava's schedule, ``lr · (1 − u / U)`` at update u (from 0) of U.
         seq_len: recurrent only: training sequence length L (must divide num_steps;
             none = the whole rollout).
         parallel: how a program uses D devices: "runs" splits the runs (seeds, settings)
@@ -103,6 +110,8 @@ class Config:
     value_norm: bool = False
     value_loss: ValueLoss = "mse"
     recurrent: bool = False
+    shared_trunk: bool = False
+    anneal_lr: bool = False
     seq_len: int | None = None
     parallel: Parallel = "runs"
     diagnostics: bool = False
@@ -150,6 +159,12 @@ class Config:
         if self.diagnostics and self.scheme == "sequential":
             raise ValueError("Config.diagnostics is for the simultaneous scheme: exact HAPPO (scheme='sequential') "
                              "has no support-matrix importance weights to measure")
+        if self.shared_trunk and self.critic_input != "local":
+            raise ValueError(f"Config.shared_trunk needs critic_input='local' (the critic reads the trunk's "
+                             f"features of the actor's observation), got critic_input={self.critic_input!r}")
+        if self.shared_trunk and self.scheme == "sequential":
+            raise ValueError("Config.shared_trunk is for the simultaneous scheme: exact HAPPO (scheme='sequential') "
+                             "updates each agent's actor apart from the critics")
         if self.scheme == "sequential" and self.share_params:
             raise ValueError("Config.scheme='sequential' (exact HAPPO) needs share_params=False: "
                              "agents are updated one after another, each with its own parameters")
@@ -256,6 +271,9 @@ class Hyper:
         ent_coef: entropy-bonus coefficient.
         max_grad_norm: global gradient-norm clip.
         huber_delta: δ of the Huber value loss (value_loss huber only).
+        lr_horizon: U, the updates over which ``Config.anneal_lr`` decays the learning
+            rate to 0; 0 = the run's own number of updates (filled in when runs are
+            planned: ``with_horizon``). Ignored without anneal_lr.
         S_A: advantage support ``[N, N]`` (or its row lists), from the support.
         S_R: ratio support ``[N, N]`` (or its column lists), from the support.
     """
@@ -268,6 +286,7 @@ class Hyper:
     ent_coef: Any = _scalar(0.01, NON_NEGATIVE)
     max_grad_norm: Any = _scalar(0.5, POSITIVE)
     huber_delta: Any = _scalar(10.0, POSITIVE)
+    lr_horizon: Any = _scalar(0.0, NON_NEGATIVE)
     S_A: Any = None
     S_R: Any = None
 
@@ -304,6 +323,12 @@ class Hyper:
             S_A=sparse.choose_form(support.S_A, support_form),
             S_R=sparse.choose_form(support.S_R, support_form, by_column=True),
         )
+
+    def with_horizon(self, num_updates: int) -> "Hyper":
+        """This ``Hyper`` (one run or a batch) with every ``lr_horizon`` of 0 set to
+        ``num_updates``: the run's own length, the horizon ``anneal_lr`` means by default."""
+        horizon = np.asarray(self.lr_horizon, np.float32)
+        return self.replace(lr_horizon=np.where(horizon == 0, np.float32(num_updates), horizon).astype(np.float32))
 
     @staticmethod
     def stack(hypers: Sequence["Hyper"]) -> "Hyper":

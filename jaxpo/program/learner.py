@@ -40,9 +40,20 @@ class TrainState:
     update: jax.Array  # int32 [] — train steps done
 
 
-def _optimizer(hyper: Hyper) -> optax.GradientTransformation:
+def _optimizer(hyper: Hyper, lr: jax.Array | None = None) -> optax.GradientTransformation:
     # Built inside the traced function: lr and max_grad_norm are traced arrays.
-    return optax.chain(optax.clip_by_global_norm(hyper.max_grad_norm), optax.adam(hyper.lr, eps=1e-5))
+    lr = hyper.lr if lr is None else lr
+    return optax.chain(optax.clip_by_global_norm(hyper.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+
+def learning_rate(config: Config, hyper: Hyper, update: jax.Array) -> jax.Array:
+    """The learning rate of update ``update`` (train steps done before it, from 0):
+    ``lr``, or with ``anneal_lr`` ``lr · max(0, 1 − update / lr_horizon)`` — JaxMARL's
+    and Mava's ``1 − (count // (epochs · minibatches)) / num_updates``, which is
+    constant within an update. The optimiser state is the same either way."""
+    if not config.anneal_lr:
+        return hyper.lr
+    return hyper.lr * jnp.maximum(0.0, 1.0 - update / hyper.lr_horizon)
 
 
 class Learner:
@@ -73,6 +84,7 @@ class Learner:
             shared=config.share_params,
             recurrent=config.recurrent,
             continuous=self.env.continuous,
+            shared_trunk=config.shared_trunk,
         )
 
     @property
@@ -129,8 +141,7 @@ class Learner:
         """PPO loss on a minibatch of b sequences of L steps (leaves ``[b, L, N, ...]``),
         actor and critic replayed as in ``policy``."""
         h0, first, tm = self._unroll_inputs(batch)
-        dist = self.policy(params["actor"], batch)
-        values = self.net.unroll_value(params["critic"], h0["critic"], tm(batch.critic_input), first)
+        dist, values = self.net.unroll(params, h0, tm(batch.obs), tm(batch.action_mask), tm(batch.critic_input), first)
         flat = self._flat  # [L, b, N] -> [L * b, N]
         return losses.ppo_loss(
             log_prob=flat(dist.log_prob(tm(batch.action))),
@@ -151,7 +162,7 @@ class Learner:
     def _critic_loss(self, critic_params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
         """The critic's share of the loss alone (the sequential scheme trains actors apart)."""
         h0, first, tm = self._unroll_inputs(batch)
-        values = self.net.unroll_value(critic_params, h0["critic"], tm(batch.critic_input), first)
+        values = self.net.unroll_value({"critic": critic_params}, h0, tm(batch.critic_input), first)
         flat_tm = lambda x: self._flat(tm(x))
         v_loss = losses.value_loss(self._flat(values), flat_tm(batch.value), flat_tm(targets), hyper.clip_eps,
                                    self._huber_delta(hyper))
@@ -250,7 +261,7 @@ class Learner:
         each metric ``[num_epochs, num_minibatches]`` (exact HAPPO: the actors' and the
         critics' metrics, as ``happo.sequential_actor_update`` and ``_epochs`` shape them)."""
         cfg = self.config
-        optimizer = _optimizer(hyper)
+        optimizer = _optimizer(hyper, learning_rate(cfg, hyper, state.update))
         if cfg.scheme == "simultaneous":
             return self._epochs(self._loss, state.params, state.opt_state, state.value_norm, data, self._own(key),
                                 optimizer, hyper)
@@ -308,6 +319,7 @@ class Learner:
             "episodes": episodes,
             "reward": pmean(traj.reward.mean(), self.axis),
             **({} if traj.episode_won is None else {"win_rate": mean_or_nan(traj.episode_won)}),
+            **({"lr": learning_rate(cfg, hyper, state.update)} if cfg.anneal_lr else {}),
             **jax.tree.map(jnp.mean, loss_metrics),
             **diagnosed,
         }

@@ -53,6 +53,9 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     first chunk run (compile included).
     """
     num_runs = len(seeds)
+    if tr.config.anneal_lr and not np.all(np.asarray(hyper.lr_horizon) > 0):
+        raise ValueError("Config.anneal_lr needs each run's Hyper.lr_horizon > 0 (the updates it anneals over): "
+                         "use hyper.with_horizon(num_updates), as jaxpo.train and sweeps do")
     guard = guard or NanGuard()
     size = padded_size(pad_to or num_runs, tr.run_multiple)
     keys = np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.asarray(np.asarray(seeds), jnp.uint32)))

@@ -67,8 +67,8 @@ class Policy:
         the one acting step that evaluation and rendering scan."""
         if not self.net.recurrent:
             return choose(self.net.policy(self.params, obs, mask), key, self.greedy), carry
-        carry, out = self.net.actor.step(self.params["actor"], carry, obs, first)
-        return choose(self.net.distribution(out, mask), key, self.greedy), carry
+        carry, dist = self.net.policy_step(self.params["actor"], carry, obs, mask, first)
+        return choose(dist, key, self.greedy), carry
 
 
 def choose(dist: Any, key: jax.Array, greedy: bool) -> jax.Array:
