@@ -106,6 +106,13 @@ class RunSettings:
         keep: checkpoints kept (besides each group's last and the last before a divergence).
         on_nan: when a run's loss, parameters or returns become non-finite: stop, or mask
             the run (the other runs go on; for sweeps).
+        eval_every: evaluate every this many env steps per run (after the chunk that
+            reaches each multiple, and after the last): eval.csv, eval_episodes.csv;
+            0: no evaluation during training.
+        eval_episodes: episodes per run and evaluation.
+        eval_greedy: evaluate the most likely action (true) or sampled actions.
+        absolute_episodes: episodes of the absolute metric played at the end with each
+            run's best evaluated parameters (absolute.csv); none: 10 × eval_episodes; 0: none.
     """
 
     steps: int = 1_024_000
@@ -121,6 +128,10 @@ class RunSettings:
     checkpoint_every: int = 0
     keep: int = 3
     on_nan: Literal["stop", "mask"] = "stop"
+    eval_every: int = 0
+    eval_episodes: int = 32
+    eval_greedy: bool = True
+    absolute_episodes: int | None = None
 
     def __post_init__(self):
         from jaxpo.run.loggers import parse_loggers
@@ -133,7 +144,12 @@ class RunSettings:
         if self.checkpoint_every and not self.checkpoint:
             raise ValueError(f"run.checkpoint_every={self.checkpoint_every} asks for periodic checkpoints, but "
                              f"run.checkpoint is off")
-        for field in ("steps", "seeds", "bootstrap_reps", "keep"):
+        if self.eval_every < 0:
+            raise ValueError(f"run.eval_every must be >= 0 (env steps between evaluations; 0: none), got {self.eval_every}")
+        if self.absolute_episodes is not None and self.absolute_episodes < 0:
+            raise ValueError(f"run.absolute_episodes must be >= 0 or none (10 × eval_episodes), "
+                             f"got {self.absolute_episodes}")
+        for field in ("steps", "seeds", "bootstrap_reps", "keep", "eval_episodes"):
             if getattr(self, field) < 1:
                 raise ValueError(f"run.{field} must be a positive integer, got {getattr(self, field)!r}")
         if self.runs_per_group is not None and self.runs_per_group < 1:

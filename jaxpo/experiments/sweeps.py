@@ -34,7 +34,8 @@ from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group
 from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_steps_per_update
 from jaxpo.run.guard import NanGuard
-from jaxpo.run.loggers import MetricsCSV, ProgressBar, make_loggers, parse_loggers
+from jaxpo.run.loggers import MetricsCSV, ProgressBar, RunLogger, make_loggers, parse_loggers
+from jaxpo.run.periodic_eval import Evaluator
 from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, run_summary, save_figure,
                               file_name, write_atomic, write_csv, write_text)
 
@@ -112,6 +113,7 @@ class SweepResult:
     out_dir: str
     seconds: float
     diverged: dict[int, tuple[int, list[str]]] = dataclasses.field(default_factory=dict)
+    evaluation: Evaluator | None = None  # run.eval_every > 0: the evaluations and absolute metric
 
     @property
     def runs(self) -> list[Run]:
@@ -275,8 +277,8 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
     In a multi-process run every process calls this; only the main one writes files
     and logs (``hooks``, the NaN guard and checkpoints run on every process).
 
-    The standard hooks, in order: the loggers (``run.log``), the caller's ``hooks``,
-    the checkpointer (``run.checkpoint``: every group's final state, and every
+    The standard hooks, in order: the loggers (``run.log``), evaluation during training
+    (``run.eval_every``), the caller's ``hooks``, the checkpointer (``run.checkpoint``: every group's final state, and every
     ``run.checkpoint_every`` chunks), the progress bar. The NaN guard is a step of the
     loop before them all (``jaxpo.run.guard``)."""
     writer = is_main_process()
@@ -297,6 +299,11 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
         # jaxpo.train run then carries its own scalars in its values)
         logged = {k: v for k, v in context.items() if plan_.described or k not in ("hyper", "support")}
         logs += make_loggers(loggers, out_dir, logged)
+    evaluator = None
+    if run.eval_every:
+        evaluator = Evaluator(run.eval_every, run.eval_episodes, run.eval_greedy, run.absolute_episodes,
+                              out_dir, [h for h in logs if isinstance(h, RunLogger) and h is not csv],
+                              resume=plan_.resume is not None, write=writer and out_dir is not None)
     guard = NanGuard(run.on_nan, log=log, diverged=plan_.resume.meta.get("diverged") if plan_.resume else None)
     saver = None
     if run.checkpoint and out_dir is not None:
@@ -309,7 +316,8 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
     done = plan_.resume.step if plan_.resume else 0
     bar = ProgressBar(total, "sweep" if plan_.is_sweep else "train", done) if run.progress and writer else None
     tail = [h for h in (saver, bar) if h is not None]
-    owned, hooks = [*logs, *tail], [*logs, *hooks, *tail]  # owned: made here, closed here
+    evaluation = [] if evaluator is None else [evaluator]
+    owned, hooks = [*logs, *tail], [*logs, *evaluation, *hooks, *tail]  # owned: made here, closed here
     num_runs = sum(len(p.runs) for p in programs)
     num_settings = len({r.setting for p in programs for r in p.runs})
     log(f"{num_runs} runs ({num_settings} settings × {num_runs // num_settings} seeds) in {len(programs)} program(s); "
@@ -324,7 +332,8 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
             index = _run_program(program, tr, hooks, guard, index, resume_at, out_dir, csv)
     finally:
         close_hooks(owned)
-    result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start, dict(guard.diverged))
+    result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start, dict(guard.diverged),
+                         evaluator)
     _write_reports(result, plan_.is_sweep, write=writer and out_dir is not None, statistics=out_dir is not None)
     return result
 

@@ -30,6 +30,7 @@ from jaxpo.program.compiled import trainer
 from jaxpo.program.parallel import padded_size
 from jaxpo.program.learner import TrainState
 from jaxpo.run.events import Hook, Run, env_steps_per_update, setting_of
+from jaxpo.run.periodic_eval import Evaluator
 from jaxpo.run.report import FINAL_WINDOW, final_mean, plot_curves, save_figure
 
 
@@ -47,6 +48,8 @@ class TrainResult:
         seconds: wall time of the run; compile_seconds: of the first chunk (incl. compile).
         summary: per-run rows of ``summary.csv``; diverged: run id -> (update, metrics)
             of the runs that turned non-finite (``on_nan="mask"``).
+        evaluation: with ``eval_every``, the ``Evaluator``: its ``results`` (each run's
+            evaluations) and ``absolute`` (the absolute metric).
     """
 
     config: Config
@@ -61,6 +64,7 @@ class TrainResult:
     compile_seconds: float
     summary: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     diverged: dict[int, tuple[int, list[str]]] = dataclasses.field(default_factory=dict)
+    evaluation: Evaluator | None = None
 
     def final(self, metric: str = "return", last: float = FINAL_WINDOW) -> np.ndarray:
         """Mean of ``metric`` over the last ``last`` fraction of train steps, per run ``[R]``."""
@@ -145,7 +149,9 @@ def _described(base: Experiment, hyper: Hyper, seeds: np.ndarray, labels: list[s
 # What train's arguments are called in the experiment it becomes (its errors name the arguments).
 ARGUMENTS = {"run.steps": "num_updates (as env steps)", "run.seeds": "seeds", "run.name": "out_dir", "run.out": "out_dir",
              "run.progress": "progress", "run.log": "log", "run.checkpoint_every": "checkpoint_every",
-             "run.checkpoint": "checkpoint", "run.keep": "keep", "run.on_nan": "on_nan"}
+             "run.checkpoint": "checkpoint", "run.keep": "keep", "run.on_nan": "on_nan",
+             "run.eval_every": "eval_every", "run.eval_episodes": "eval_episodes", "run.eval_greedy": "eval_greedy",
+             "run.absolute_episodes": "absolute_episodes"}
 
 
 @contextlib.contextmanager
@@ -179,6 +185,10 @@ def train(
     keep: int = 3,
     resume: bool = False,
     log: str = "csv",
+    eval_every: int = 0,
+    eval_episodes: int = 32,
+    eval_greedy: bool = True,
+    absolute_episodes: int | None = None,
 ) -> TrainResult:
     """Trains R runs for ``num_updates`` updates each in one compiled program.
 
@@ -204,6 +214,10 @@ def train(
         resume: continue from ``out_dir``'s latest checkpoint (same config, hyper, seeds
             and labels, or a ValueError naming the difference); ``num_updates`` may grow.
         log: loggers for ``out_dir``, comma-separated: csv, tensorboard, wandb.
+        eval_every: evaluate every this many env steps per run (0: never), ``eval_episodes``
+            episodes per run (``eval_greedy``: most likely actions), and at the end the
+            absolute metric of ``absolute_episodes`` (default 10 × eval_episodes) episodes
+            with each run's best evaluated parameters (``jaxpo.run.periodic_eval``).
 
     Raises:
         ValueError: a bad argument (named), or a checkpoint that does not fit.
@@ -219,7 +233,8 @@ def train(
     with _as_arguments():
         run = RunSettings(steps=int(num_updates) * config.steps_per_update, seeds=int(seeds.size), out=out,
                           name=name, progress=progress, log=log, checkpoint=bool(checkpoint and write),
-                          checkpoint_every=checkpoint_every, keep=keep, on_nan=on_nan)
+                          checkpoint_every=checkpoint_every, keep=keep, on_nan=on_nan, eval_every=eval_every,
+                          eval_episodes=eval_episodes, eval_greedy=eval_greedy, absolute_episodes=absolute_episodes)
         base = Experiment(config=config, run=run)
         described = _described(base, hyper, seeds, labels)
         # Rows no experiment describes: each run's scalars are its values (the loggers' hyperparameters).
@@ -236,6 +251,6 @@ def train(
         config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=program.metrics,
         env_steps=env_steps_per_update(config, num_updates), state=program.state, out_dir=plan.out_dir,
         seconds=result.seconds, compile_seconds=program.first_chunk_seconds, summary=result.summary,
-        diverged=result.diverged,
+        diverged=result.diverged, evaluation=result.evaluation,
     )
 

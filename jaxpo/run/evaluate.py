@@ -121,12 +121,11 @@ def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
 
 
 @functools.partial(jax.jit, static_argnames=("config", "env", "episodes", "greedy"))
-def _episode_returns(config: Config, env: Any, params: Any, run_ids: jax.Array, key: jax.Array, episodes: int,
-                     greedy: bool):
+def play_episodes(config: Config, env: Any, params: Any, keys: jax.Array, episodes: int, greedy: bool):
     """One episode in each of ``episodes`` copies of ``env`` (an ``AutoReset`` env), for
-    runs ``params [R, ...]`` (``run_ids [R]``: each run's episodes draw from
-    ``fold_in(key, run_id)``, so they do not depend on which runs are evaluated with it):
-    ``(returns [R, episodes] (team mean), won bool [R, episodes] or None)``."""
+    runs ``params [R, ...]``, run r drawing from ``keys[r]`` alone (so its episodes do
+    not depend on which runs are evaluated with it): ``(returns [R, episodes] (team
+    mean), won bool [R, episodes] or None, lengths int32 [R, episodes])``."""
     def one_run(params, key):
         policy = Policy(config, params, {}, 0, greedy)
         key_reset, key = jax.random.split(key)
@@ -136,23 +135,25 @@ def _episode_returns(config: Config, env: Any, params: Any, run_ids: jax.Array, 
         running = jnp.ones((episodes,), bool)
 
         def step(carry_, key):
-            env_state, ts, carry, first, running, total, won = carry_
+            env_state, ts, carry, first, running, total, won, length = carry_
             key_act, key_env = jax.random.split(key)
             actions, carry = policy.step(key_act, ts.obs, ts.action_mask, carry, first)
             env_state, ts = jax.vmap(env.step)(jax.random.split(key_env, episodes), env_state, actions)
             total = total + jnp.where(running, ts.reward.mean(-1), 0.0)
+            length = length + running
             if ts.won is not None:
                 won = won | (running & ts.done & ts.won)
-            return (env_state, ts, carry, ts.done, running & ~ts.done, total, won), None
+            return (env_state, ts, carry, ts.done, running & ~ts.done, total, won, length), None
 
         zeros = jnp.zeros((episodes,))
-        init = (env_state, ts, carry, first, running, zeros, jnp.zeros((episodes,), bool))
+        init = (env_state, ts, carry, first, running, zeros, jnp.zeros((episodes,), bool),
+                jnp.zeros((episodes,), jnp.int32))
         final, _ = jax.lax.scan(step, init, jax.random.split(key, env.max_steps))
-        return final[5], final[6]
+        return final[5], final[6], final[7]
 
-    returns, won = jax.vmap(one_run)(params, jax.vmap(jax.random.fold_in, (None, 0))(key, run_ids))
-    has_win = jax.eval_shape(env.reset, key)[1].won is not None
-    return returns, won if has_win else None
+    returns, won, lengths = jax.vmap(one_run)(params, keys)
+    has_win = jax.eval_shape(env.reset, keys[0])[1].won is not None
+    return returns, won if has_win else None, lengths
 
 
 def evaluate(policy: Policy, env: Env | None = None, episodes: int = 100, seed: int = 0,
@@ -188,11 +189,11 @@ def run_episodes(config: Config, params: Any, run_ids: Any, episodes: int, seed:
     runs ``params [R, ...]`` with ids ``run_ids [R]`` (on ``env``, default the config's)."""
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
-    args = (config, _compatible(config, env), params, jnp.asarray(run_ids, jnp.uint32), jax.random.PRNGKey(seed),
-            int(episodes), bool(greedy))
-    jax.block_until_ready(_episode_returns(*args))  # compile
+    keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.PRNGKey(seed), jnp.asarray(run_ids, jnp.uint32))
+    args = (config, _compatible(config, env), params, keys, int(episodes), bool(greedy))
+    jax.block_until_ready(play_episodes(*args))  # compile
     start = time.perf_counter()
-    returns, won = jax.device_get(_episode_returns(*args))
+    returns, won, _ = jax.device_get(play_episodes(*args))
     rate = returns.size / (time.perf_counter() - start)
     return np.asarray(returns), None if won is None else np.asarray(won), rate
 

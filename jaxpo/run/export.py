@@ -56,12 +56,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from jaxpo.run.events import RUN_COLUMNS
+from jaxpo.run.periodic_eval import ABSOLUTE_COLUMNS, EPISODE_COLUMNS
 from jaxpo.run.report import write_text
 
 EPISODES_FILE, ABSOLUTE_FILE = "eval_episodes.csv", "absolute.csv"
-EPISODE_COLUMNS = (*RUN_COLUMNS, "update", "env_steps", "elapsed_s", "episode", "return", "length", "won")
-ABSOLUTE_COLUMNS = (*RUN_COLUMNS, "best_update", "episode", "return", "length", "won")
 # What to pass as marl-eval's ``metrics_to_normalize`` for these files.
 METRICS_TO_NORMALIZE = ["return"]
 # Sweep axes that change what the algorithm is (they appear in the setting, so the
@@ -74,14 +72,15 @@ TASK_AXES = frozenset({"env", "env_kwargs"})
 class Names:
     """What a directory's experiment file says about it, in marl-eval's terms.
 
-    ``env_name`` / ``task_name``: see ``env_and_task``. ``algorithm``: from the support
+    ``env_name`` / ``task_name``: see ``env_and_task`` (None when read with
+    ``experiment_names(..., task=False)``). ``algorithm``: from the support
     section (``ippo``, ``mappo``, ``khop(k=1)``, ``custom(<file>)``; ``happo`` for the
     sequential scheme with mappo's advantages, ``happo(<support>)`` with others), or None
     when the file has no support section (``jaxpo.train`` runs) or the sweep varies it.
     ``sweep``: the directory holds a sweep (``sweep.yaml``)."""
 
-    env_name: str
-    task_name: str
+    env_name: str | None
+    task_name: str | None
     algorithm: str | None
     sweep: bool
 
@@ -100,10 +99,11 @@ def env_and_task(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tuple
     return env, env
 
 
-def experiment_names(directory: str) -> Names:
+def experiment_names(directory: str, *, task: bool = True) -> Names:
     """The ``Names`` of a run directory (its ``config.yaml``) or sweep directory (its
     ``sweep.yaml``), read with plain YAML; a ValueError names the directory when neither
-    file is there or it says too little."""
+    file is there or it says too little. ``task=False``: the algorithm only (environment
+    and task None, and a file that names no single task is no error)."""
     sweep = os.path.isfile(os.path.join(directory, "sweep.yaml"))
     path = os.path.join(directory, "sweep.yaml" if sweep else "config.yaml")
     try:
@@ -119,12 +119,14 @@ def experiment_names(directory: str) -> Names:
     if sweep:
         axes = {axis for kind in ("grid", "random") if isinstance(section("sweep").get(kind), Mapping)
                 for axis in section("sweep")[kind]}
-    if not isinstance(config.get("env"), str):
-        raise ValueError(f"{path!r} names no environment (config.env): pass env_name and task_name")
-    if axes & TASK_AXES:  # one task per directory: the names could not say which setting is which task
-        raise ValueError(f"{path!r} sweeps the environment ({', '.join(sorted(axes & TASK_AXES))}): export its "
-                         f"settings as separate tasks by hand, or pass env_name and task_name")
-    env_name, task_name = env_and_task(config["env"], config.get("env_kwargs") or {})
+    env_name = task_name = None
+    if task:
+        if not isinstance(config.get("env"), str):
+            raise ValueError(f"{path!r} names no environment (config.env): pass env_name and task_name")
+        if axes & TASK_AXES:  # one task per directory: the names could not say which setting is which task
+            raise ValueError(f"{path!r} sweeps the environment ({', '.join(sorted(axes & TASK_AXES))}): export "
+                             f"its settings as separate tasks by hand, or pass env_name and task_name")
+        env_name, task_name = env_and_task(config["env"], config.get("env_kwargs") or {})
     algorithm = None if axes & ALGORITHM_AXES else _algorithm(config, support)
     return Names(env_name, task_name, algorithm, sweep)
 
@@ -181,7 +183,7 @@ def marl_eval_results(directory: str, *, env_name: str | None = None, task_name:
                          f"exactly when the environment has no win condition)")
     names = None
     if env_name is None or task_name is None or algorithm is None:
-        names = experiment_names(directory)
+        names = experiment_names(directory, task=env_name is None or task_name is None)
     env_name = env_name if env_name is not None else names.env_name
     task_name = task_name if task_name is not None else names.task_name
     settings = list(dict.fromkeys(setting for setting, _ in runs))

@@ -106,11 +106,13 @@ def write_csv(path: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -
 
 class AppendCSV:
     """A CSV that grows by whole chunks: ``AppendCSV(path, header)`` creates it (replacing
-    any old file) and ``append(rows)`` adds rows with one ``write`` and an ``fsync``."""
+    any old file; ``keep``: continue the existing one) and ``append(rows)`` adds rows
+    with one ``write`` and an ``fsync``."""
 
-    def __init__(self, path: str, header: Sequence[str]):
+    def __init__(self, path: str, header: Sequence[str], keep: bool = False):
         self.path, self.header = path, list(header)
-        write_csv(path, self.header, [])
+        if not keep:
+            write_csv(path, self.header, [])
 
     def append(self, rows: Iterable[Sequence[Any]]) -> None:
         data = _csv_text(rows).encode()
