@@ -131,6 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
         _add_compile_cache(cmd)
     sub.add_parser("envs", help="list environment names")
     _add_policy_commands(sub)
+    ex = sub.add_parser("export", help="export evaluations as marl-eval JSON",
+                        description="Reads eval_episodes.csv and absolute.csv (evaluation during training: "
+                                    "--run.eval-every) of each RUN_DIR and writes one marl-eval JSON file: "
+                                    "env -> task -> algorithm -> seed_<n> -> step_<k> / absolute_metrics.")
+    ex.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run or sweep directories (a suite: several)")
+    ex.add_argument("--out", metavar="FILE.json", default=None,
+                    help="where to write (default: RUN_DIR/marl_eval.json for one directory; required for several)")
+    ex.add_argument("--env-name", default=None, help="marl-eval's env name (default: from the config, e.g. SMAX)")
+    ex.add_argument("--task", default=None, help="marl-eval's task name (default: the map or scenario)")
+    ex.add_argument("--algorithm", default=None, help="the algorithm's name (default: the support preset)")
     return parser
 
 
@@ -159,7 +169,8 @@ def _add_policy_commands(sub) -> None:
     ev = sub.add_parser("eval", help="evaluate the trained policies of a run directory",
                         description="Loads each run's newest checkpoint and plays --episodes episodes per run "
                                     "(compiled, vmapped over episodes and runs); prints JSON and writes "
-                                    "RUN_DIR/eval.csv: mean, std and IQM episode return (and win rate).")
+                                    "RUN_DIR/checkpoint_eval.csv: mean, std and IQM episode return (and win "
+                                    "rate). (eval.csv is evaluation during training: --run.eval-every.)")
     rd = sub.add_parser("render", help="render one episode of a trained policy to a GIF or MP4",
                         description="Plays one episode of a run's trained policy and draws every step with the "
                                     "environment's render (public_goods, traffic_grid, wireless, MPE).")
@@ -181,7 +192,7 @@ def _add_policy_commands(sub) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and eval.csv."""
+    """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and checkpoint_eval.csv."""
     from jaxpo.run import checkpoint
     from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes, summarize
     from jaxpo.run.report import write_csv
@@ -213,7 +224,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ValueError as err:
         return _error("eval", err)
     header = list(dict.fromkeys(k for row in rows for k in row))
-    write_csv(os.path.join(args.run_dir, "eval.csv"), header, [[row.get(h, "") for h in header] for row in rows])
+    write_csv(os.path.join(args.run_dir, "checkpoint_eval.csv"), header, [[row.get(h, "") for h in header] for row in rows])
     for row in rows:
         print(json.dumps(row))
     return 0
@@ -428,6 +439,23 @@ def _sweep(ready) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """``jaxpo export``: marl-eval JSON of one or more run directories."""
+    from jaxpo.run.export import marl_eval_results, merge, write_marl_eval
+
+    try:
+        if args.out is None and len(args.run_dirs) > 1:
+            raise ValueError("--out FILE.json is needed to export several run directories into one file")
+        out = args.out or os.path.join(args.run_dirs[0], "marl_eval.json")
+        results = merge(*(marl_eval_results(d, env_name=args.env_name, task_name=args.task, algorithm=args.algorithm)
+                          for d in args.run_dirs))
+        write_marl_eval(out, results)
+    except ValueError as err:
+        return _error("export", err)
+    print(json.dumps({"out": out, "run_dirs": args.run_dirs}))
+    return 0
+
+
 def cmd_envs(_: argparse.Namespace) -> int:
     from jaxpo.envs import registered_names
 
@@ -437,7 +465,8 @@ def cmd_envs(_: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_run, "sweep": cmd_run, "envs": cmd_envs, "eval": cmd_eval, "render": cmd_render}
+    commands = {"train": cmd_run, "sweep": cmd_run, "envs": cmd_envs, "eval": cmd_eval, "render": cmd_render,
+                "export": cmd_export}
     if hasattr(args, "compile_cache"):
         try:
             use_compile_cache(args)

@@ -20,7 +20,7 @@ def test_eval_reports_every_run_and_matches_the_python_api(trained_run, capsys):
     assert cli.main(["eval", run_dir, "--episodes", "32"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert [row["run_id"] for row in lines] == [0, 1] and all(row["update"] == 16 for row in lines)
-    table = read_csv(os.path.join(run_dir, "eval.csv"))
+    table = read_csv(os.path.join(run_dir, "checkpoint_eval.csv"))
     np.testing.assert_allclose(table["mean_return"], [row["mean_return"] for row in lines])
     for row in lines:
         assert row["std_return"] >= 0 and row["episodes"] == 32 and row["episodes_per_second"] > 0

@@ -7,7 +7,8 @@
 Evaluation runs ``episodes`` environments side by side, each for exactly one
 episode (``env.max_steps`` steps cover the longest); the return is the team-mean
 episode return, as in training. ``jaxpo eval`` does this for every checkpointed run
-at once (vmapped over runs too) and writes ``eval.csv``.
+at once (vmapped over runs too) and writes ``checkpoint_eval.csv``; evaluation
+during training is ``jaxpo.run.periodic_eval``.
 """
 
 from __future__ import annotations
