@@ -12,7 +12,10 @@ README = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
 
 def test_quickstart_is_two_commands():
     block = re.search(r"## Quickstart\s+```bash\n(.*?)```", README, re.S).group(1)
-    assert block.strip().splitlines() == ['pip install -e ".[dev]" && jaxpo train', 'pip install -e ".[dev]" && pytest']
+    test_command = 'pip install -e ".[dev]" && pip install --no-deps "id-marl-eval==0.0.4" && pytest'
+    assert block.strip().splitlines() == ['pip install -e ".[dev]" && jaxpo train', test_command]
+    ci = (pathlib.Path(__file__).parents[1] / ".ci" / "run").read_text()
+    assert ci.strip().splitlines()[-1] == test_command  # CI runs exactly the README's test command
 
 
 def test_python_example_runs(tmp_path, monkeypatch):
