@@ -5,7 +5,7 @@ Both act on arrays with the agent axis second to last: observations
 ``[..., N, O]`` give actor outputs ``[..., N, A]`` and values ``[..., N]``.
 
 * Shared parameters: one network for all agents; a one-hot agent id is appended to
-  the input so that agents can still behave differently.
+  the input (unless ``agent_ids`` is off) so that agents can still behave differently.
 * Per-agent parameters: every leaf carries a leading agent axis ``[N, ...]`` and the
   network is vmapped over the agent axis (no agent id needed).
 * Recurrent (GRU) networks carry a hidden state ``[..., N, H]`` per agent. Every
@@ -182,7 +182,7 @@ class AgentNetwork:
         num_agents: N.
         in_dim: per-agent input width D (before the agent id).
         shared: one parameter set for all agents (whose first layer also sees a
-            one-hot agent id: the module's ``num_ids`` = N) or a stacked set per agent.
+            one-hot agent id when the module's ``num_ids`` = N) or a stacked set per agent.
     """
 
     module: MLP
@@ -311,10 +311,12 @@ class ActorCritic:
         recurrent: bool = False,
         continuous: bool = False,
         shared_trunk: bool = False,
+        agent_ids: bool = True,
     ) -> "ActorCritic":
         """``num_actions``: discrete action count, or the action vector's width when
         ``continuous``. ``shared_trunk``: one trunk for actor and critic (the critic
-        then reads the actor's input: ``critic_dim`` must equal ``obs_dim``)."""
+        then reads the actor's input: ``critic_dim`` must equal ``obs_dim``).
+        ``agent_ids``: shared networks see each agent's one-hot id (false: only its input)."""
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         hidden = tuple(int(h) for h in hidden)
@@ -324,7 +326,7 @@ class ActorCritic:
             raise ValueError(f"a shared trunk reads the actor's observation, so critic_dim ({critic_dim}) "
                              f"must equal obs_dim ({obs_dim})")
         module = GRUNet if recurrent else MLP
-        ids = num_agents if shared else 0  # one network for all agents, told apart by their ids
+        ids = num_agents if shared and agent_ids else 0  # one network for all agents, told apart by their ids
         # out_scale 0.01: a near-uniform initial policy (near-zero Gaussian mean).
         actor = module(hidden, num_actions, activation, out_scale=0.01, log_std=continuous, num_ids=ids,
                        value_head=shared_trunk)

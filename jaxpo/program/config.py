@@ -60,6 +60,9 @@ class Config:
         activation: nonlinearity of actor and critic.
         share_params: one parameter set with an agent-id input (true), or per-agent
             parameter sets stacked on an agent axis (false).
+        agent_ids: shared parameters see a one-hot agent id (true; MAPPO's and Mava's
+            add_agent_id) or nothing tells the agents apart but their observations (false;
+            JaxMARL's IPPO and MAPPO networks). Ignored with per-agent parameters.
         critic_input: "local" (own observation), "global" (world state, else all
             observations concatenated) or "agent" (that global state followed by the
             agent's own observation).
@@ -103,6 +106,7 @@ class Config:
     hidden: tuple[int, ...] = (64, 64)
     activation: Activation = "tanh"
     share_params: bool = True
+    agent_ids: bool = True
     critic_input: CriticInput = "local"
     adv_norm: AdvNorm = "batch"
     aggregate_in: AggregateIn = "advantage"

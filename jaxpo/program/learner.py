@@ -85,6 +85,7 @@ class Learner:
             recurrent=config.recurrent,
             continuous=self.env.continuous,
             shared_trunk=config.shared_trunk,
+            agent_ids=config.agent_ids,
         )
 
     @property
