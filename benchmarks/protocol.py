@@ -1,0 +1,151 @@
+"""The benchmark protocol: SMAX and MPE with recurrent / feed-forward IPPO and MAPPO at the
+reference settings, evaluation during training, the absolute metric, marl-eval output.
+
+    python benchmarks/protocol.py                              # the full suite (GPU-sized)
+    python benchmarks/protocol.py --suite mpe --steps 1e6 --seeds 3 --evaluations 20
+
+Every (task, method) is one vmapped program over its seeds, trained from the shipped
+reference config (``jaxpo/experiments/configs/``: JaxMARL's ``ippo_rnn_smax`` and
+``mappo_homogenous_rnn_smax`` on SMAX, ``ippo_ff_mpe`` on MPE — MAPPO there is the same
+config with the centralised critic) into ``<out>/<task>-<method>/``, checkpointed every
+``--checkpoint-every`` chunks. The suite is resumable: a finished task (its summary.csv
+written) is skipped, a killed one continues from its checkpoint, bit for bit. At the end
+it writes ``<out>/marl_eval.json`` (every task, marl-eval's schema) and
+``<out>/results.json`` (per task and method: IQM and 95% bootstrap CI over seeds of the
+absolute metric and of the final evaluation's win rate / return, the budget, env-steps/s),
+and prints one JSON line per task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+SMAX_MAPS = ("2s3z", "3s5z", "5m_vs_6m", "3s5z_vs_3s6z", "6h_vs_8z", "27m_vs_30m")
+MPE_TASKS = ("simple_spread", "simple_reference", "simple_speaker_listener")
+METHODS = ("ippo", "mappo")
+CONFIGS = {  # (suite, method) -> shipped reference config
+    ("smax", "ippo"): "jaxmarl_ippo_rnn_smax.yaml",
+    ("smax", "mappo"): "jaxmarl_mappo_homogenous_rnn_smax.yaml",
+    ("mpe", "ippo"): "jaxmarl_ippo_ff_mpe.yaml",
+    ("mpe", "mappo"): "jaxmarl_ippo_ff_mpe.yaml",
+}
+
+
+def task_sections(suite: str, task: str, method: str) -> dict:
+    """The config changes that make the reference config train ``task`` with ``method``."""
+    if suite == "smax":
+        from jaxpo.experiments.experiment import load_yaml
+
+        base = dict(load_yaml(config_path(suite, method)).config.env_kwargs)
+        return {"config": {"env_kwargs": {**base, "scenario": task}}}
+    config = {"env": f"MPE_{task}_v3"}
+    if method == "mappo":  # MAPPO: the centralised critic of the same network
+        config["critic_input"] = "global"
+    return {"config": config}
+
+
+def config_path(suite: str, method: str) -> str:
+    import jaxpo.experiments
+
+    return os.path.join(os.path.dirname(jaxpo.experiments.__file__), "configs", CONFIGS[suite, method])
+
+
+def run_task(args, suite: str, task: str, method: str) -> str:
+    """Trains (or resumes, or skips when finished) one (task, method); returns its directory."""
+    from jaxpo.experiments.sweeps import resume, sweep
+    from jaxpo.run import checkpoint
+
+    name = f"{task}-{method}"
+    run_dir = os.path.join(args.out, name)
+    if os.path.exists(os.path.join(run_dir, "summary.csv")):
+        return run_dir  # finished
+    steps = int(float(args.steps))
+    run = {"steps": steps, "seeds": args.seeds, "out": args.out, "name": name, "progress": args.progress,
+           "checkpoint_every": args.checkpoint_every, "eval_every": max(1, steps // args.evaluations),
+           "eval_episodes": args.eval_episodes}
+    if os.path.isdir(run_dir) and checkpoint.steps(run_dir):
+        resume(run_dir, log=print, run={"progress": args.progress})
+    else:
+        sweep(config_path(suite, method), log=print, run=run, **task_sections(suite, task, method))
+    return run_dir
+
+
+def iqm_ci(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """IQM of ``values`` (one per seed) and its 95% percentile-bootstrap CI (rliable's)."""
+    from rliable import library as rly, metrics
+
+    scores = {"x": np.asarray(values, np.float64).reshape(-1, 1)}
+    point, ci = rly.get_interval_estimates(scores, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps)
+    return float(point["x"][0]), float(ci["x"][0, 0]), float(ci["x"][1, 0])
+
+
+def task_results(run_dir: str, steps: int) -> dict:
+    """Per-seed final evaluation and absolute metric, aggregated (IQM, 95% CI)."""
+    from jaxpo.run.report import read_csv
+
+    evals, absolute = read_csv(os.path.join(run_dir, "eval.csv")), read_csv(os.path.join(run_dir, "absolute.csv"))
+    seeds = sorted(set(evals["seed"].tolist()))
+    last = max(evals["update"])
+    out = {"seeds": len(seeds), "env_steps": int(max(evals["env_steps"])), "budget_steps": steps}
+    for metric, column in (("return", "return"), ("win_rate", "win_rate")):
+        if not isinstance(evals[column], np.ndarray):  # empty column: no win condition
+            continue
+        final = [evals[column][(evals["seed"] == s) & (evals["update"] == last)][0] for s in seeds]
+        best = [absolute[column if column == "return" else "won"][absolute["seed"] == s].mean() for s in seeds]
+        out[f"final_{metric}"] = dict(zip(("iqm", "ci_low", "ci_high"), iqm_ci(final)))
+        out[f"absolute_{metric}"] = dict(zip(("iqm", "ci_low", "ci_high"), iqm_ci(best)))
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=("all", "smax", "mpe"), default="all")
+    parser.add_argument("--tasks", nargs="*", default=None, help="a subset of maps / MPE scenarios")
+    parser.add_argument("--methods", nargs="*", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--steps", default="1e7", help="env steps per run (default 1e7)")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--evaluations", type=int, default=200, help="evaluations per run (Mava: 200)")
+    parser.add_argument("--eval-episodes", type=int, default=32, help="episodes per evaluation (Mava: 32)")
+    parser.add_argument("--checkpoint-every", type=int, default=5, help="chunks between checkpoints")
+    parser.add_argument("--out", default="benchmarks/results/protocol")
+    parser.add_argument("--progress", action="store_true")
+    args = parser.parse_args(argv)
+    suites = ("smax", "mpe") if args.suite == "all" else (args.suite,)
+    known = {"smax": SMAX_MAPS, "mpe": MPE_TASKS}
+    unknown = [t for t in args.tasks or () if not any(t in known[s] for s in suites)]
+    if unknown:
+        parser.error(f"--tasks: unknown task {unknown[0]!r}; known: {', '.join(t for s in suites for t in known[s])}")
+    if args.evaluations < 1 or args.seeds < 1:
+        parser.error("--evaluations and --seeds must be positive")
+
+    from jaxpo.run.export import marl_eval_results, merge, write_marl_eval
+
+    os.makedirs(args.out, exist_ok=True)
+    done, exported = {}, []
+    for suite in suites:
+        for task in known[suite]:
+            if args.tasks and task not in args.tasks:
+                continue
+            for method in args.methods:
+                start = time.perf_counter()
+                run_dir = run_task(args, suite, task, method)
+                seconds = time.perf_counter() - start
+                row = {"suite": suite, "task": task, "method": method, "config": CONFIGS[suite, method],
+                       **task_results(run_dir, int(float(args.steps))), "this_call_seconds": round(seconds, 1)}
+                done[f"{task}-{method}"] = row
+                print(json.dumps(row), flush=True)
+                exported.append(marl_eval_results(run_dir, algorithm=method))
+    write_marl_eval(os.path.join(args.out, "marl_eval.json"), merge(*exported))
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(done, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
