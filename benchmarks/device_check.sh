@@ -14,7 +14,7 @@ set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-mkdir -p /tmp/site/jaxpo && cp -r jaxpo/*.py jaxpo/configs /tmp/site/jaxpo/ && cp -r envs /tmp/site/jaxpo/envs
+mkdir -p /tmp/site && cp -r jaxpo /tmp/site/ && cp -r envs /tmp/site/jaxpo/envs  # the layered package, envs inside
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=/tmp/xla-cache
 REPO=$PWD
 (cd /tmp && python3 -c "import jax, jaxpo, jaxpo.envs; print(jax.__version__, jax.devices(), jaxpo.envs.__file__)") 2>&1 | tee "$OUT/info.txt"
