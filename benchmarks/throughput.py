@@ -124,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matched", action="store_true",
                    help="JaxMARL IPPO's settings (T 128, 4 x 4, 64-64 tanh, MPE simple_spread), E 16 1024 4096 "
                         "x R 1 16 unless --num-envs/--seeds are given, train kind, with --phases")
+    p.add_argument("--config", metavar="FILE.yaml", default=None,
+                   help="measure an experiment file's config (e.g. jaxpo/experiments/configs/jaxmarl_ippo_rnn_smax.yaml): "
+                        "its env, network and schedule; --num-envs (default its own), --seeds and "
+                        "--updates-per-chunk still apply")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per num_envs subprocess")
     p.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -192,7 +196,7 @@ def _measure_train(args) -> dict:
         seq_len=args.seq_len,
         scheme=args.scheme,
         share_params=args.scheme == "simultaneous",
-    )
+    ) if args.config is None else _file_config(args.config, num_envs, args.updates_per_chunk)
     tr = jaxpo.trainer(config)
     sup = jaxpo.make_support(args.preset, tr.num_agents, coupling=tr.env.coupling)
     hyper, seeds, _ = jaxpo.runs(sup, seeds=range(args.seeds))
@@ -276,18 +280,37 @@ def _time_ms(fn, *args, min_seconds: float = 0.5) -> tuple[float, object]:
     return (time.perf_counter() - t0) / calls * 1e3, out
 
 
+def _file_config(path: str, num_envs: int, updates_per_chunk: int):
+    """An experiment file's ``Config`` at ``num_envs`` environments and K updates per chunk."""
+    import dataclasses
+
+    from jaxpo.experiments.experiment import load_yaml
+
+    return dataclasses.replace(load_yaml(path).config, num_envs=num_envs, updates_per_chunk=updates_per_chunk)
+
+
 def dense_flops(tr) -> tuple[float, float]:
-    """``(forward, first)``: flops of one forward pass of every agent-network's dense
-    layers, each 2·in·out (a product of [in] by [in, out]), summed over actor and critic
-    for one agent; and the first layers' share of it. Feed-forward networks only; the
-    shared networks' agent-id input is a bias row (O(1) per agent), not counted."""
+    """``(forward, first)``: flops of one agent's forward pass through every kernel of
+    its networks (each weight one multiply-add, 2 flops: the dense layers and the GRU's
+    input and recurrent kernels; a shared trunk counted once), and the input layers'
+    share of it (whose input gradient no one needs). The shared networks' agent-id rows
+    are a bias (O(1) per agent), not counted."""
+    import numpy as np
+    from flax.traverse_util import flatten_dict
+
+    params = tr.net.init(__import__("jax").random.PRNGKey(0))
     forward = first = 0.0
-    for net in (tr.net.actor, tr.net.critic):
-        if net.recurrent:
-            raise ValueError("the analytical minimum is for feed-forward networks")
-        widths = [net.in_dim, *net.module.hidden, net.module.out_dim]
-        layers = [2.0 * a * b for a, b in zip(widths[:-1], widths[1:])]
-        forward, first = forward + sum(layers), first + layers[0]
+    for name, net in (("actor", tr.net.actor), ("critic", tr.net.critic)):
+        if net is None:  # a shared trunk: the actor's network holds both heads
+            continue
+        for path, leaf in flatten_dict(params[name]).items():
+            if path[-1] != "kernel":
+                continue
+            shape = leaf.shape[1:] if not net.shared else leaf.shape  # per-agent: a leading [N]
+            if path[-2] == "Dense_0":
+                shape = (net.in_dim, shape[-1])  # without the agent-id rows
+                first += 2.0 * np.prod(shape)
+            forward += 2.0 * np.prod(shape)
     return forward, first
 
 
@@ -355,7 +378,7 @@ def _phases(tr, state, hyper) -> dict:
     return dict(
         phase_ms={k: round(v, 2) for k, v in phase_ms.items()},
         **phase_costs(tr, state, hyper),
-        min_flops_per_env_step=None if cfg.recurrent else min_flops_per_env_step(tr, cfg.num_epochs),
+        min_flops_per_env_step=min_flops_per_env_step(tr, cfg.num_epochs),
     )
 
 
@@ -457,6 +480,8 @@ def _child_argv(args, num_envs: int, runs: int) -> list[str]:
             "--min-seconds", str(args.min_seconds), "--scheme", args.scheme]
     if args.phases:
         argv.append("--phases")
+    if args.config:
+        argv += ["--config", args.config]
     if args.recurrent:
         argv += ["--recurrent"] + ([] if args.seq_len is None else ["--seq-len", str(args.seq_len)])
     for key, value in args.env_arg:
@@ -469,6 +494,13 @@ def main(argv=None) -> int:
     if args.matched:
         for name, value in MATCHED.items():
             setattr(args, name, value)
+    if args.config and not args.single:  # the file's env and sizes, for every record and the env-only kind
+        from jaxpo.experiments.experiment import load_yaml
+
+        experiment = load_yaml(args.config)
+        cfg = experiment.config
+        args.env, args.env_arg, args.num_steps = cfg.env, list(cfg.env_args.items()), cfg.num_steps
+        args.preset, args.num_envs = experiment.support.preset, args.num_envs or [cfg.num_envs]
     args.num_envs = args.num_envs or list(MATCHED_NUM_ENVS if args.matched else DEFAULT_NUM_ENVS)
     args.seeds = args.seeds or list(MATCHED_RUNS if args.matched else (1,))
     if min(args.num_envs) < 1 or min(args.seeds) < 1:
