@@ -10,10 +10,11 @@ reference config (``jaxpo/experiments/configs/``: JaxMARL's ``ippo_rnn_smax`` an
 config with the centralised critic) into ``<out>/<task>-<method>/``, checkpointed every
 ``--checkpoint-every`` chunks. The suite is resumable: a finished task (its summary.csv
 written) is skipped, a killed one continues from its checkpoint, bit for bit. At the end
-it writes ``<out>/marl_eval.json`` (every task, marl-eval's schema) and
+it writes ``<out>/marl_eval.json`` (every task, marl-eval's schema),
 ``<out>/results.json`` (per task and method: IQM and 95% bootstrap CI over seeds of the
-absolute metric and of the final evaluation's win rate / return, the budget, env-steps/s),
-and prints one JSON line per task.
+absolute metric and of the final evaluation's win rate / return, the budget),
+``<out>/results.md`` (that table beside the published SMAX win rates) and
+``<out>/curves.png``, and prints one JSON line per task.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ import numpy as np
 SMAX_MAPS = ("2s3z", "3s5z", "5m_vs_6m", "3s5z_vs_3s6z", "6h_vs_8z", "27m_vs_30m")
 MPE_TASKS = ("simple_spread", "simple_reference", "simple_speaker_listener")
 METHODS = ("ippo", "mappo")
+# Final win rates (%) at ~10M steps, read from Mava's SMAX benchmark figures (JaxMARL's: its
+# 2023 report as plotted there): map -> (JaxMARL IPPO, JaxMARL MAPPO, Mava rec-IPPO, Mava rec-MAPPO).
+PUBLISHED_SMAX = {
+    "2s3z": (90, 100, 89, 94), "3s5z": (55, 70, 100, 97), "5m_vs_6m": (12, 5, 6, 9),
+    "3s5z_vs_3s6z": (2, 35, 70, 76), "6h_vs_8z": (95, 20, 99, 100), "27m_vs_30m": (10, 15, 32, 79),
+}
 CONFIGS = {  # (suite, method) -> shipped reference config
     ("smax", "ippo"): "jaxmarl_ippo_rnn_smax.yaml",
     ("smax", "mappo"): "jaxmarl_mappo_homogenous_rnn_smax.yaml",
@@ -103,6 +110,54 @@ def task_results(run_dir: str, steps: int) -> dict:
     return out
 
 
+def eval_curves(run_dir: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(values [seeds, evaluations], env_steps [evaluations])`` of eval.csv's ``metric``."""
+    from jaxpo.run.report import read_csv
+
+    evals = read_csv(os.path.join(run_dir, "eval.csv"))
+    seeds, steps = sorted(set(evals["seed"].tolist())), np.unique(evals["env_steps"])
+    values = np.full((len(seeds), len(steps)), np.nan)
+    for i, seed in enumerate(seeds):
+        mine = evals["seed"] == seed
+        values[i, np.searchsorted(steps, evals["env_steps"][mine])] = evals[metric][mine]
+    return values, steps
+
+
+def plot_suite(out: str, rows: dict) -> None:
+    """``<out>/curves.png``: every task's evaluation curves (mean and 95% band over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxpo.run.report import plot_curves, save_figure
+
+    tasks = list(dict.fromkeys(row["task"] for row in rows.values()))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for row in (r for r in rows.values() if r["task"] == task):
+            metric = "win_rate" if row["suite"] == "smax" else "return"
+            values, steps = eval_curves(os.path.join(out, f"{task}-{row['method']}"), metric)
+            plot_curves(values, steps, [row["method"]] * len(values), title=task, metric=metric, ax=ax)
+    fig.tight_layout()
+    save_figure(fig, os.path.join(out, "curves.png"))
+
+
+def markdown_table(rows: dict) -> str:
+    """jaxpo's measured numbers (IQM [95% CI] over seeds, with the budget) beside the published ones."""
+    fmt = lambda d, scale: f"{scale * d['iqm']:.1f} [{scale * d['ci_low']:.1f}, {scale * d['ci_high']:.1f}]"
+    lines = ["| task | method | budget (env steps × seeds) | final eval | absolute metric | published (JaxMARL IPPO / MAPPO, Mava rec-IPPO / rec-MAPPO; ~10M steps) |",
+             "|---|---|---|---|---|---|"]
+    for row in rows.values():
+        smax = row["suite"] == "smax"
+        metric, scale = ("win_rate", 100) if smax else ("return", 1)
+        published = " / ".join(f"{v}%" for v in PUBLISHED_SMAX[row["task"]]) if smax else "—"
+        unit = " (win %)" if smax else " (return)"
+        lines.append(f"| {row['task']} | {row['method']} | {row['env_steps']:,} × {row['seeds']} | "
+                     f"{fmt(row['final_' + metric], scale)}{unit} | {fmt(row['absolute_' + metric], scale)} | {published} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=("all", "smax", "mpe"), default="all")
@@ -125,9 +180,14 @@ def main(argv=None) -> int:
         parser.error("--evaluations and --seeds must be positive")
 
     from jaxpo.run.export import marl_eval_results, merge, write_marl_eval
+    from jaxpo.run.report import write_text
 
     os.makedirs(args.out, exist_ok=True)
-    done, exported = {}, []
+    results_path = os.path.join(args.out, "results.json")
+    done = {}
+    if os.path.exists(results_path):  # earlier calls' tasks stay in the tables
+        with open(results_path) as f:
+            done = json.load(f)
     for suite in suites:
         for task in known[suite]:
             if args.tasks and task not in args.tasks:
@@ -140,10 +200,11 @@ def main(argv=None) -> int:
                        **task_results(run_dir, int(float(args.steps))), "this_call_seconds": round(seconds, 1)}
                 done[f"{task}-{method}"] = row
                 print(json.dumps(row), flush=True)
-                exported.append(marl_eval_results(run_dir, algorithm=method))
+    exported = [marl_eval_results(os.path.join(args.out, name), algorithm=row["method"]) for name, row in done.items()]
     write_marl_eval(os.path.join(args.out, "marl_eval.json"), merge(*exported))
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(done, f, indent=1)
+    write_text(results_path, json.dumps(done, indent=1))
+    write_text(os.path.join(args.out, "results.md"), markdown_table(done))
+    plot_suite(args.out, done)
     return 0
 
 
