@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="support preset (traced data: it does not change the compiled program)")
     p.add_argument("--min-seconds", type=float, default=1.0,
                    help="keep calling the timed function until at least this long has passed")
-    p.add_argument("--kinds", nargs="+", choices=("train", "env"), default=["train", "env"])
+    p.add_argument("--kinds", nargs="+", choices=("train", "env", "raw"), default=["train", "env"],
+                   help="raw: the JaxMARL environment alone, without jaxpo's adapter (JaxMARL envs only)")
     p.add_argument("--phases", action="store_true",
                    help="also time each phase of an update and count its flops and bytes (see the docstring)")
     p.add_argument("--matched", action="store_true",
@@ -382,7 +383,10 @@ def _phases(tr, state, hyper) -> dict:
     )
 
 
-def _measure_env(args) -> dict:
+def _measure_env(args, raw: bool = False) -> dict:
+    """The env-only rollout (``kind`` "env"); ``raw``: the JaxMARL environment itself
+    (``kind`` "raw"), without jaxpo's adapter or ``AutoReset`` — its own ``step``, which
+    resets inside, and ``get_avail_actions``: the floor of any framework on it."""
     import jax
     import jax.numpy as jnp
 
@@ -391,21 +395,53 @@ def _measure_env(args) -> dict:
     env = envs.AutoReset(envs.make(args.env, **dict(args.env_arg)))
     num_envs = args.num_envs[0] * args.seeds  # the train kind steps E envs in each of R runs
     num_steps = args.num_steps
+    if raw and not hasattr(env.env, "agents"):
+        raise ValueError(f"kind raw is for JaxMARL environments, not {args.env!r}")
 
-    @jax.jit
-    def reset(key):
-        return jax.vmap(env.reset)(jax.random.split(key, num_envs))
-
-    def one_step(carry, key):
-        state, ts, total = carry
-        key_act, key_env = jax.random.split(key)
+    def uniform_actions(key, mask):
         if env.continuous:  # uniform in [0, 1] on every existing action dimension, [E, N, A]
-            actions = jnp.where(ts.action_mask, jax.random.uniform(key_act, ts.action_mask.shape), 0.0)
-        else:
-            logits = jnp.where(ts.action_mask, 0.0, -jnp.inf)  # uniform over available actions
-            actions = jax.random.categorical(key_act, logits).astype(jnp.int32)  # [E, N]
-        state, ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state, actions)
-        return (state, ts, total + ts.reward.sum()), None
+            return jnp.where(mask, jax.random.uniform(key, mask.shape), 0.0)
+        return jax.random.categorical(key, jnp.where(mask, 0.0, -jnp.inf)).astype(jnp.int32)  # [E, N]
+
+    if raw:  # the JaxMARL env: dict observations and actions, its own auto-reset
+        inner = env.env.env
+        agents = inner.agents
+
+        def reset_one(key):
+            obs, state = inner.reset(key)
+            return state, obs
+
+        def step_one(key, state, actions):
+            obs, state, reward, dones, _ = inner.step(key, state, {a: actions[i] for i, a in enumerate(agents)})
+            return state, reward
+
+        def mask_of(state):
+            if not env.env._has_avail:  # e.g. MPE: every action always available
+                return jnp.ones((num_envs, len(agents), env.num_actions), bool)
+            avail = jax.vmap(inner.get_avail_actions)(state)
+            return jnp.stack([avail[a] for a in agents], axis=1).astype(bool)
+
+        def one_step(carry, key):
+            state, ts, total = carry
+            key_act, key_env = jax.random.split(key)
+            actions = uniform_actions(key_act, mask_of(state))
+            state, reward = jax.vmap(step_one)(jax.random.split(key_env, num_envs), state, actions)
+            return (state, ts, total + sum(r.sum() for r in reward.values())), None
+
+        @jax.jit
+        def reset(key):
+            return jax.vmap(reset_one)(jax.random.split(key, num_envs))
+    else:
+        @jax.jit
+        def reset(key):
+            return jax.vmap(env.reset)(jax.random.split(key, num_envs))
+
+        def one_step(carry, key):
+            state, ts, total = carry
+            key_act, key_env = jax.random.split(key)
+            actions = uniform_actions(key_act, ts.action_mask)
+            state, ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state, actions)
+            return (state, ts, total + ts.reward.sum()), None
 
     @jax.jit
     def run(state, ts, key):
@@ -437,7 +473,7 @@ def _measure_env(args) -> dict:
     timed_s = time.perf_counter() - t0
     env_steps = calls * num_steps * num_envs
     return dict(
-        kind="env",
+        kind="raw" if raw else "env",
         **_common(args, env),
         calls_timed=calls,
         compile_s=round(compile_s, 3),
@@ -459,9 +495,9 @@ def single(args) -> None:
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # library prints must not corrupt the JSON stream
     try:
-        for kind in ("env", "train"):
+        for kind in ("raw", "env", "train"):
             if kind in args.kinds:
-                record = _measure_env(args) if kind == "env" else _measure_train(args)
+                record = _measure_train(args) if kind == "train" else _measure_env(args, raw=kind == "raw")
                 print(json.dumps(record), file=real_stdout, flush=True)
     finally:
         sys.stdout = real_stdout

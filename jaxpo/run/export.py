@@ -31,7 +31,7 @@ What the exporter maps, from a run or sweep directory:
 
 Metric names follow marl-eval's README, example data and tests (``return``,
 ``win_rate``; pass ``METRICS_TO_NORMALIZE`` = ``["return"]`` to its functions; Mava logs
-``episode_return`` instead). ``win_rate`` appears only where the environment has a win
+``mean_episode_return`` instead). ``win_rate`` appears only where the environment has a win
 condition: per-episode 0.0/1.0, so its mean is a fraction (Mava's JsonLogger logs one
 percentage per evaluation). A non-finite return (a diverged run) stays ``NaN`` (Python's
 ``json`` reads it; strict JSON parsers do not).
