@@ -59,7 +59,10 @@ cut into samples) and ``update`` (epochs × minibatches of gradient steps):
                         counts a loop body once whatever its trip count, so each phase
                         is compiled at one unit of its loops — one rollout step, a
                         one-step rollout's advantages, one minibatch's gradient step —
-                        and scaled by its count per update (T, T, epochs × minibatches).
+                        and scaled by its count per update (T, T, epochs × minibatches);
+                        recurrent programs are costed with one-step training sequences
+                        (the same samples through the same cell, so the GRU's replay scan
+                        is one loop body as well).
                         The one-minibatch program shuffles B/M samples, not B: its sort
                         is a sliver of the phase.
     min_flops_per_env_step
@@ -346,6 +349,9 @@ def phase_costs(tr, state, hyper) -> dict:
     import jaxpo
 
     cfg = tr.config
+    if cfg.recurrent:  # training sequences of one step: the replay's GRU scan is then one loop body too
+        cfg = dataclasses.replace(cfg, seq_len=1)
+        tr = jaxpo.Trainer(cfg, tuple(tr.mesh.devices.flat))
     runs = jax.tree.leaves(state)[0].shape[0]
     data_of = jax.vmap(tr.training_data)
     one_step = jax.eval_shape(_rollout_of(tr, 1), state)

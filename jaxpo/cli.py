@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy_commands(sub)
     ex = sub.add_parser("export", help="export evaluations as marl-eval JSON",
                         description="Reads eval_episodes.csv and absolute.csv (evaluation during training: "
-                                    "--run.eval-every) of each RUN_DIR and writes one marl-eval JSON file: "
+                                    "--eval-every) of each RUN_DIR and writes one marl-eval JSON file: "
                                     "env -> task -> algorithm -> seed_<n> -> step_<k> / absolute_metrics.")
     ex.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run or sweep directories (a suite: several)")
     ex.add_argument("--out", metavar="FILE.json", default=None,
@@ -170,7 +170,7 @@ def _add_policy_commands(sub) -> None:
                         description="Loads each run's newest checkpoint and plays --episodes episodes per run "
                                     "(compiled, vmapped over episodes and runs); prints JSON and writes "
                                     "RUN_DIR/checkpoint_eval.csv: mean, std and IQM episode return (and win "
-                                    "rate). (eval.csv is evaluation during training: --run.eval-every.)")
+                                    "rate). (eval.csv is evaluation during training: --eval-every.)")
     rd = sub.add_parser("render", help="render one episode of a trained policy to a GIF or MP4",
                         description="Plays one episode of a run's trained policy and draws every step with the "
                                     "environment's render (public_goods, traffic_grid, wireless, MPE).")

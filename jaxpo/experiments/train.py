@@ -212,7 +212,9 @@ def train(
             eval, render and resume read it).
         checkpoint_every: also save a checkpoint every this many chunks, keeping the last ``keep``.
         resume: continue from ``out_dir``'s latest checkpoint (same config, hyper, seeds
-            and labels, or a ValueError naming the difference); ``num_updates`` may grow.
+            and labels, or a ValueError naming the difference); ``num_updates`` may grow
+            (not under ``anneal_lr`` with its default horizon, the run's length: that
+            schedule would change; give ``hyper.lr_horizon`` explicitly to extend one).
         log: loggers for ``out_dir``, comma-separated: csv, tensorboard, wandb.
         eval_every: evaluate every this many env steps per run (0: never), ``eval_episodes``
             episodes per run (``eval_greedy``: most likely actions), and at the end the

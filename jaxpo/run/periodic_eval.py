@@ -189,7 +189,8 @@ class Evaluator(Hook):
         arrays = {}
         for run_id, (score, update, params) in self.best.items():
             arrays[f"{run_id}/score"], arrays[f"{run_id}/update"] = np.float64(score), np.int64(update)
-            for i, leaf in enumerate(jax.tree.leaves(params)):
+            leaves = params if isinstance(params, _Leaves) else jax.tree.leaves(params)  # a best loaded on resume
+            for i, leaf in enumerate(leaves):
                 arrays[f"{run_id}/leaf{i}"] = leaf
 
         def save(tmp: str) -> None:
