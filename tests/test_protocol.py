@@ -377,3 +377,62 @@ def test_the_cli_trains_with_a_shared_trunk_and_an_annealed_rate(tmp_path):
                                rtol=1e-6)
     policy = jaxpo.load_policy(str(tmp_path / "cli"), run=1)
     assert policy.params["critic"] == {} and policy.config.shared_trunk  # what a checkpoint gives back
+
+
+REFERENCE = {  # file -> values its source sets (JaxMARL / Mava), checked after loading
+    "jaxmarl_ippo_rnn_smax.yaml": dict(env="HeuristicEnemySMAX", num_envs=128, num_steps=128, hidden=(128, 128),
+                                       activation="relu", recurrent=True, shared_trunk=True, agent_ids=False,
+                                       anneal_lr=True, lr=0.004, clip_eps=0.05),
+    "jaxmarl_mappo_homogenous_rnn_smax.yaml": dict(env="HeuristicEnemySMAX", num_envs=128, critic_input="global",
+                                                   recurrent=True, shared_trunk=False, anneal_lr=True, lr=0.002,
+                                                   ent_coef=0.0),
+    "jaxmarl_ippo_ff_mpe.yaml": dict(env="MPE_simple_spread_v3", num_envs=16, num_steps=128, hidden=(64, 64),
+                                     activation="tanh", recurrent=False, agent_ids=False, anneal_lr=True, lr=0.00025),
+    "mava_rec_ippo_smax.yaml": dict(env="HeuristicEnemySMAX", recurrent=True, anneal_lr=False, lr=0.00025,
+                                    eval_every=20480, eval_episodes=32, eval_greedy=False, absolute_episodes=320),
+    "mava_rec_mappo_smax.yaml": dict(env="HeuristicEnemySMAX", recurrent=True, critic_input="global",
+                                     eval_every=20480, eval_episodes=32, eval_greedy=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_each_reference_config_plans_with_its_sources_values(name, tmp_path):
+    from jaxpo.experiments.sweeps import plan
+    from jaxpo.experiments.experiment import load_yaml
+    import jaxpo.experiments
+
+    path = f"{jaxpo.experiments.__path__[0]}/configs/{name}"
+    experiment = load_yaml(path)
+    values = {**vars(experiment.config), **experiment.hyper.scalars(), **vars(experiment.run)}
+    for key, expected in REFERENCE[name].items():
+        assert values[key] == pytest.approx(expected) if isinstance(expected, float) else values[key] == expected, key
+    if experiment.config.env == "HeuristicEnemySMAX":  # JaxMARL's SMAX settings in every SMAX file
+        assert dict(experiment.config.env_kwargs) == {"scenario": "2s3z", "see_enemy_actions": True,
+                                                      "walls_cause_death": True, "attack_mode": "closest"}
+    (program,) = plan(path, run={"out": str(tmp_path)}).programs  # every setting checked, nothing compiled
+    assert program.config == experiment.config.__class__(**{**vars(experiment.config),
+                                                            "updates_per_chunk": program.config.updates_per_chunk})
+
+
+def test_the_smax_reference_trains_through_the_cli_and_exports_for_marl_eval(tmp_path):
+    """JaxMARL's ippo_rnn_smax at CI size (its network, annealing, no agent ids), with
+    evaluation during training, then ``jaxpo export``: marl-eval's SMAX/2s3z entry with
+    per-episode win rates."""
+    import json
+    import jaxpo.experiments
+
+    path = f"{jaxpo.experiments.__path__[0]}/configs/jaxmarl_ippo_rnn_smax.yaml"
+    argv = ["train", "--config", path, "--num-envs", "4", "--num-steps", "16", "--updates-per-chunk", "2",
+            "--hidden", "16", "16", "--steps", str(4 * 4 * 16), "--seeds", "2", "--eval-every", "64",
+            "--eval-episodes", "2", "--out", str(tmp_path), "--name", "smax", "--no-progress"]
+    assert cli.main(argv) == 0
+    assert cli.main(["export", str(tmp_path / "smax")]) == 0
+    data = json.loads((tmp_path / "smax" / "marl_eval.json").read_text())
+    seeds = data["SMAX"]["2s3z"]["ippo"]
+    assert sorted(seeds) == ["seed_0", "seed_1"]
+    steps = {k: v for k, v in seeds["seed_0"].items() if k.startswith("step_")}
+    assert [v["step_count"] for v in steps.values()] == [128, 256]  # after the chunks crossing 64-step multiples
+    assert all(set(v["win_rate"]) <= {0.0, 1.0} and len(v["win_rate"]) == 2 for v in steps.values())
+    assert len(seeds["seed_0"]["absolute_metrics"]["return"]) == 20  # 10 × eval_episodes
+    metrics = read_csv(str(tmp_path / "smax" / "metrics.csv"))
+    np.testing.assert_allclose(metrics["lr"][metrics["run_id"] == 0], 0.004 * (1 - np.arange(4) / 4), rtol=1e-6)
