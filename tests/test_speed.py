@@ -49,6 +49,23 @@ def test_the_train_step_costs_within_a_few_percent_of_its_network_minimum(share_
     assert flops["rollout"] < 2 * rollout_minimum  # policy, value and bootstrap value: at most 1.5×, plus the env
 
 
+def test_a_recurrent_shared_trunk_costs_its_network_minimum_too():
+    """The SMAX reference's layout (one embedding + GRU for actor and critic, no agent ids)
+    at a small size: XLA's flops per env step, costed with one-step training sequences so
+    the GRU's replay is one loop body, against the kernels' analytical count. The bootstrap
+    value is a second trunk pass in the rollout; a replay run twice would double the update."""
+    config = jaxpo.Config(env="public_goods", num_envs=16, num_steps=16, num_epochs=2, num_minibatches=2,
+                          hidden=(32, 32), recurrent=True, shared_trunk=True, agent_ids=False)
+    tr = jaxpo.trainer(config)
+    hyper = jax.tree.map(lambda x: jnp.expand_dims(x, 0), jaxpo.Hyper.create(jaxpo.support.ippo(tr.num_agents)))
+    state = jax.eval_shape(tr.init_runs, jax.random.split(jax.random.PRNGKey(0), 1), hyper)
+    flops = phase_costs(tr, state, hyper)["flops_per_env_step"]
+    minimum = min_flops_per_env_step(tr, config.num_epochs)
+    forward = tr.num_agents * dense_flops(tr)[0]
+    assert 0.9 * minimum <= flops["total"] <= 1.25 * minimum, (flops, minimum)
+    assert flops["update"] < 1.25 * (minimum - forward), (flops, minimum)  # one replay per epoch, not two
+
+
 TRAIN = ["train", "--env", "public_goods", "--num-envs", "8", "--num-steps", "16", "--updates-per-chunk", "2",
          "--steps", "512", "--no-progress"]
 
