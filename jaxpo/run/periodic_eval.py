@@ -9,6 +9,8 @@ evaluated parameters (best mean return; the first of equals). Files in the run
 directory, appended per evaluation like metrics.csv:
 
     eval.csv           per run and evaluation: episodes, mean return, win rate, episode length
+                       (``elapsed_s``: wall seconds since the group started in this process,
+                       compile included; a resumed group counts from its restart)
     eval_episodes.csv  per evaluated episode: return, length, won (what marl-eval reads)
     absolute.csv       per episode of the absolute metric
     eval_best.npz      each run's best parameters so far (rewritten atomically on improvement)
