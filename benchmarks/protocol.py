@@ -63,8 +63,9 @@ def config_path(suite: str, method: str) -> str:
     return os.path.join(os.path.dirname(jaxpo.experiments.__file__), "configs", CONFIGS[suite, method])
 
 
-def run_task(args, suite: str, task: str, method: str) -> str:
-    """Trains (or resumes, or skips when finished) one (task, method); returns its directory."""
+def run_task(args, suite: str, task: str, method: str, hooks=()) -> str:
+    """Trains (or resumes, or skips when finished) one (task, method); returns its
+    directory. ``hooks``: more driver hooks (``jaxpo.run.events.Hook``)."""
     from jaxpo.experiments.sweeps import resume, sweep
     from jaxpo.run import checkpoint
 
@@ -77,10 +78,22 @@ def run_task(args, suite: str, task: str, method: str) -> str:
            "checkpoint_every": args.checkpoint_every, "eval_every": max(1, steps // args.evaluations),
            "eval_episodes": args.eval_episodes}
     if os.path.isdir(run_dir) and checkpoint.steps(run_dir):
-        resume(run_dir, log=print, run={"progress": args.progress})
+        resume(run_dir, log=print, hooks=hooks, run={"progress": args.progress})
     else:
-        sweep(config_path(suite, method), log=print, run=run, **task_sections(suite, task, method))
+        sections = task_sections(suite, task, method)
+        for section, values in args.set.items():  # e.g. CI-sized networks
+            sections[section] = {**sections.get(section, {}), **values}
+        sweep(config_path(suite, method), log=print, hooks=hooks, run={**run, **sections.pop("run", {})}, **sections)
     return run_dir
+
+
+def parse_set(text: str) -> tuple[str, str, str]:
+    """``--set config.num_envs=4`` -> ``("config", "num_envs", "4")``."""
+    name, sep, value = text.partition("=")
+    section, dot, field = name.partition(".")
+    if not (sep and dot and section and field):
+        raise argparse.ArgumentTypeError(f"--set must look like SECTION.FIELD=VALUE (e.g. config.num_envs=4), got {text!r}")
+    return section, field, value
 
 
 def iqm_ci(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -158,7 +171,7 @@ def markdown_table(rows: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
+def main(argv=None, hooks=()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=("all", "smax", "mpe"), default="all")
     parser.add_argument("--tasks", nargs="*", default=None, help="a subset of maps / MPE scenarios")
@@ -170,7 +183,13 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=5, help="chunks between checkpoints")
     parser.add_argument("--out", default="benchmarks/results/protocol")
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--set", action="append", type=parse_set, default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a field of every reference config (repeatable), e.g. config.num_envs=4")
     args = parser.parse_args(argv)
+    overrides: dict = {}
+    for section, field, value in args.set:
+        overrides.setdefault(section, {})[field] = value
+    args.set = overrides
     suites = ("smax", "mpe") if args.suite == "all" else (args.suite,)
     known = {"smax": SMAX_MAPS, "mpe": MPE_TASKS}
     unknown = [t for t in args.tasks or () if not any(t in known[s] for s in suites)]
@@ -194,7 +213,7 @@ def main(argv=None) -> int:
                 continue
             for method in args.methods:
                 start = time.perf_counter()
-                run_dir = run_task(args, suite, task, method)
+                run_dir = run_task(args, suite, task, method, hooks)
                 seconds = time.perf_counter() - start
                 row = {"suite": suite, "task": task, "method": method, "config": CONFIGS[suite, method],
                        **task_results(run_dir, int(float(args.steps))), "this_call_seconds": round(seconds, 1)}

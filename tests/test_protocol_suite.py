@@ -1,0 +1,88 @@
+"""The benchmark suite (benchmarks/protocol.py) at CI size: it trains a (task, method)
+from its reference config with evaluation, writes the tables and marl-eval's JSON, skips
+what is finished, and continues a killed task from its checkpoint to the same results."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxpo.run.events import Hook
+from jaxpo.run.report import read_csv
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import protocol  # noqa: E402
+
+TINY = ["--suite", "mpe", "--tasks", "simple_spread", "--methods", "ippo", "--steps", "512", "--seeds", "2",
+        "--evaluations", "2", "--eval-episodes", "2", "--checkpoint-every", "1",
+        "--set", "config.num_envs=4", "--set", "config.num_steps=16", "--set", "config.hidden=16",
+        "--set", "config.updates_per_chunk=2"]
+
+
+class Killed(Exception):
+    pass
+
+
+class KillAfter(Hook):
+    """Stops training in chunk ``index``, before its checkpoint (the checkpointer is the last hook)."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def chunk(self, event):
+        if event.index == self.index:
+            raise Killed
+
+
+def rows(path, drop=("elapsed_s",)):
+    return {k: v for k, v in read_csv(path).items() if k not in drop}
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    out = tmp_path_factory.mktemp("suite")
+    assert protocol.main([*TINY, "--out", str(out)]) == 0
+    return out
+
+
+def test_the_suite_trains_evaluates_and_writes_its_tables(straight):
+    task = straight / "simple_spread-ippo"
+    evals = read_csv(str(task / "eval.csv"))
+    assert sorted(set(evals["update"].tolist())) == [4, 8]  # every 256 steps = 4 updates of 64, and the last
+    results = json.loads((straight / "results.json").read_text())["simple_spread-ippo"]
+    assert results["seeds"] == 2 and results["env_steps"] == 512 and results["config"] == "jaxmarl_ippo_ff_mpe.yaml"
+    final = [evals["return"][(evals["seed"] == s) & (evals["update"] == 8)][0] for s in sorted(set(evals["seed"]))]
+    assert min(final) <= results["final_return"]["iqm"] <= max(final)
+    data = json.loads((straight / "marl_eval.json").read_text())
+    assert sorted(data["MPE"]["simple_spread"]["ippo"]) == ["seed_30", "seed_31"]  # the reference's seed 30
+    assert "| simple_spread | ippo | 512 × 2 |" in (straight / "results.md").read_text()
+    assert (straight / "curves.png").stat().st_size > 0
+
+
+def test_a_finished_task_is_skipped(straight):
+    metrics = straight / "simple_spread-ippo" / "metrics.csv"
+    before = metrics.stat().st_mtime_ns
+    assert protocol.main([*TINY, "--out", str(straight)]) == 0
+    assert metrics.stat().st_mtime_ns == before
+
+
+def test_a_killed_task_continues_to_the_same_results(straight, tmp_path):
+    with pytest.raises(Killed):
+        protocol.main([*TINY, "--out", str(tmp_path)], hooks=[KillAfter(1)])
+    task = tmp_path / "simple_spread-ippo"
+    assert not (task / "summary.csv").exists() and (task / "checkpoints").is_dir()
+    assert protocol.main([*TINY, "--out", str(tmp_path)]) == 0
+    for name in ("eval.csv", "eval_episodes.csv", "absolute.csv", "metrics.csv"):
+        np.testing.assert_equal(rows(str(task / name)), rows(str(straight / "simple_spread-ippo" / name)), name)
+
+
+def test_bad_suite_arguments_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        protocol.main(["--tasks", "not_a_map"])
+    assert "--tasks: unknown task 'not_a_map'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        protocol.main(["--set", "num_envs=4"])
+    assert "SECTION.FIELD=VALUE" in capsys.readouterr().err
