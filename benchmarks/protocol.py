@@ -28,7 +28,9 @@ import time
 import numpy as np
 
 SMAX_MAPS = ("2s3z", "3s5z", "5m_vs_6m", "3s5z_vs_3s6z", "6h_vs_8z", "27m_vs_30m")
-MPE_TASKS = ("simple_spread", "simple_reference", "simple_speaker_listener")
+MPE_ENVS = {"simple_spread": "MPE_simple_spread_v3", "simple_reference": "MPE_simple_reference_v3",
+            "simple_speaker_listener": "MPE_simple_speaker_listener_v4"}
+MPE_TASKS = tuple(MPE_ENVS)
 METHODS = ("ippo", "mappo")
 # Final win rates (%) at ~10M steps, read from Mava's SMAX benchmark figures (JaxMARL's: its
 # 2023 report as plotted there): map -> (JaxMARL IPPO, JaxMARL MAPPO, Mava rec-IPPO, Mava rec-MAPPO).
@@ -51,7 +53,7 @@ def task_sections(suite: str, task: str, method: str) -> dict:
 
         base = dict(load_yaml(config_path(suite, method)).config.env_kwargs)
         return {"config": {"env_kwargs": {**base, "scenario": task}}}
-    config = {"env": f"MPE_{task}_v3"}
+    config = {"env": MPE_ENVS[task]}
     if method == "mappo":  # MAPPO: the centralised critic of the same network
         config["critic_input"] = "global"
     return {"config": config}
