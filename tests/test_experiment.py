@@ -176,7 +176,9 @@ def test_bad_config_files_are_clear_errors(tmp_path, capsys, text, message):
 
 def test_missing_config_file_lists_the_shipped_ones(capsys):
     assert cli.main(["train", "--config", "nope.yaml"]) == 2
-    assert "config file 'nope.yaml' does not exist (shipped configs: happo, ippo, khop, mappo" in capsys.readouterr().err
+    assert ("config file 'nope.yaml' does not exist (shipped configs: happo, ippo, jaxmarl_ippo_ff_mpe, "
+            "jaxmarl_ippo_rnn_smax, jaxmarl_mappo_homogenous_rnn_smax, khop, mappo, mava_rec_ippo_smax, "
+            "mava_rec_mappo_smax, sweep_mpe, sweep_public_goods)") in capsys.readouterr().err
 
 
 def test_unwritable_output_is_refused_before_anything_runs(capsys):
@@ -192,9 +194,10 @@ def test_train_refuses_a_sweep_file(capsys):
 def test_hyper_defaults_and_bounds_live_on_the_fields():
     defaults = Hyper().scalars()
     assert defaults == {"lr": 3e-3, "clip_eps": 0.2, "gamma": 0.99, "gae_lambda": 0.95, "vf_coef": 0.5,
-                        "ent_coef": 0.01, "max_grad_norm": 0.5, "huber_delta": 10.0}
+                        "ent_coef": 0.01, "max_grad_norm": 0.5, "huber_delta": 10.0, "lr_horizon": 0.0}
     assert to_dict(Experiment())["hyper"] == defaults
     assert {k: str(b) for k, b in Hyper.scalar_bounds().items()}["gamma"] == "in [0, 1]"
+    assert str(Hyper.scalar_bounds()["lr_horizon"]) == ">= 0"  # 0: the run's own length
     with pytest.raises(ValueError, match="unknown hyperparameter 'lrr'"):
         Hyper.create(__import__("jaxpo").support.ippo(2), lrr=1.0)
 
