@@ -16,8 +16,8 @@ import pytest
 
 import jaxpo
 from jaxpo import cli
+from runtools import StopAfter
 from jaxpo.run import checkpoint
-from jaxpo.run.driver import Hook
 from jaxpo.experiments.sweeps import resume
 
 from conftest import CHUNKS, experiment
@@ -95,18 +95,6 @@ def test_a_run_killed_during_a_save_resumes_to_the_same_result(straight, tmp_pat
     assert len(rows) == 1 + 2 * CHUNKS * 8
     mine = [r for r in rows[1:] if int(r.split(",")[4]) <= CHUNKS]
     assert mine == head[1:]
-
-
-class StopAfter(Hook):
-    """Interrupts a sweep after ``chunks`` chunks in all (as a crash would)."""
-
-    def __init__(self, chunks):
-        self.left = chunks
-
-    def chunk(self, event):
-        self.left -= 1
-        if self.left == 0:
-            raise KeyboardInterrupt
 
 
 def test_a_sweep_of_several_groups_resumes_exactly(tmp_path):

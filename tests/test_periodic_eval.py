@@ -18,11 +18,11 @@ import jaxpo
 from jaxpo import Config, cli
 from jaxpo.program.learner import learner
 from jaxpo.run import checkpoint
-from jaxpo.run.driver import Hook
 from jaxpo.run.evaluate import load_runs, play_episodes
 from jaxpo.run.events import ChunkEvent, Group, Run, chunk_updates
 from jaxpo.run.export import METRICS_TO_NORMALIZE, marl_eval_results
 from jaxpo.run.periodic_eval import ABSOLUTE_COLUMNS, EPISODE_COLUMNS, EVAL_COLUMNS, Evaluator, eval_keys
+from runtools import StopAfter  # after the evaluation of that chunk, before its checkpoint
 
 # The tiny program of test_protocol (one compile serves both files): S = 32 env steps per
 # update, K = 2 updates per chunk, 64 env steps per chunk.
@@ -268,19 +268,6 @@ def test_no_absolute_metric_when_asked_for_none(tmp_path):
 
 
 # ------------------------------------------------------------------ kill and resume
-
-
-class StopAfter(Hook):
-    """Interrupts training after ``chunks`` chunks, as a crash would: after the evaluation
-    of that chunk (evaluation is a hook before the caller's) and before its checkpoint."""
-
-    def __init__(self, chunks):
-        self.left = chunks
-
-    def chunk(self, event):
-        self.left -= 1
-        if self.left == 0:
-            raise KeyboardInterrupt
 
 
 def best_updates(run_dir):

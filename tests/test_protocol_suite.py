@@ -10,31 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxpo.run.events import Hook
 from jaxpo.run.report import read_csv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import protocol  # noqa: E402
+from runtools import StopAfter  # noqa: E402
 
 TINY = ["--suite", "mpe", "--tasks", "simple_spread", "--methods", "ippo", "--steps", "512", "--seeds", "2",
         "--evaluations", "2", "--eval-episodes", "2", "--checkpoint-every", "1",
         "--set", "config.num_envs=4", "--set", "config.num_steps=16", "--set", "config.hidden=16",
         "--set", "config.updates_per_chunk=2"]
-
-
-class Killed(Exception):
-    pass
-
-
-class KillAfter(Hook):
-    """Stops training in chunk ``index``, before its checkpoint (the checkpointer is the last hook)."""
-
-    def __init__(self, index):
-        self.index = index
-
-    def chunk(self, event):
-        if event.index == self.index:
-            raise Killed
 
 
 def rows(path, drop=("elapsed_s",)):
@@ -70,8 +55,8 @@ def test_a_finished_task_is_skipped(straight):
 
 
 def test_a_killed_task_continues_to_the_same_results(straight, tmp_path):
-    with pytest.raises(Killed):
-        protocol.main([*TINY, "--out", str(tmp_path)], hooks=[KillAfter(1)])
+    with pytest.raises(KeyboardInterrupt):  # in the second chunk, before its checkpoint
+        protocol.main([*TINY, "--out", str(tmp_path)], hooks=[StopAfter(2)])
     task = tmp_path / "simple_spread-ippo"
     assert not (task / "summary.csv").exists() and (task / "checkpoints").is_dir()
     assert protocol.main([*TINY, "--out", str(tmp_path)]) == 0
