@@ -299,10 +299,11 @@ def dense_flops(tr) -> tuple[float, float]:
     input and recurrent kernels; a shared trunk counted once), and the input layers'
     share of it (whose input gradient no one needs). The shared networks' agent-id rows
     are a bias (O(1) per agent), not counted."""
+    import jax
     import numpy as np
     from flax.traverse_util import flatten_dict
 
-    params = tr.net.init(__import__("jax").random.PRNGKey(0))
+    params = tr.net.init(jax.random.PRNGKey(0))
     forward = first = 0.0
     for name, net in (("actor", tr.net.actor), ("critic", tr.net.critic)):
         if net is None:  # a shared trunk: the actor's network holds both heads

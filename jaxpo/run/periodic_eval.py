@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpo.program.learner import learner
 from jaxpo.program.parallel import gather
 from jaxpo.run.events import RUN_COLUMNS, ChunkEvent, Group, Hook, Run
 from jaxpo.run.evaluate import play_episodes
@@ -120,7 +121,7 @@ class Evaluator(Hook):
     def _play(self, group: Group, params: Any, update: int, episodes: int):
         """``(returns, won or None, lengths)``, each ``[R, episodes]``, for the group's runs."""
         seeds = [run.seed for run in group.runs]
-        out = play_episodes(group.config, _env(group.config), params, eval_keys(seeds, update), episodes, self.greedy)
+        out = play_episodes(group.config, learner(group.config).env, params, eval_keys(seeds, update), episodes, self.greedy)
         return tuple(None if x is None else np.asarray(x) for x in jax.device_get(out))
 
     def chunk(self, event: ChunkEvent) -> None:
@@ -217,9 +218,3 @@ class Evaluator(Hook):
 
 class _Leaves(list):
     """Saved parameter leaves, in ``jax.tree.leaves`` order, awaiting their tree."""
-
-
-def _env(config: Any):
-    from jaxpo.program.learner import learner
-
-    return learner(config).env
