@@ -141,6 +141,61 @@ def reset_carry(h: jax.Array, first: jax.Array) -> jax.Array:
     return jnp.where(first.reshape(first.shape + (1,) * (h.ndim - first.ndim)), 0.0, h)
 
 
+class _Weights(nn.Module):
+    """The kernel ``[in, features]`` (and bias) of a Dense layer, returned rather than
+    applied: the same names, shapes and initial values as ``nn.Dense``."""
+
+    features: int
+    use_bias: bool
+    kernel_init: Callable[..., jax.Array]
+
+    @nn.compact
+    def __call__(self, in_dim: int) -> tuple[jax.Array, jax.Array]:
+        kernel = self.param("kernel", self.kernel_init, (in_dim, self.features))
+        if not self.use_bias:
+            return kernel, jnp.zeros((self.features,), kernel.dtype)
+        return kernel, self.param("bias", nn.initializers.zeros, (self.features,))
+
+
+class GRU(nn.Module):
+    """flax's ``GRUCell`` run over a time-major sequence, with the same parameters
+    (``ir, iz, in`` input and ``hr, hz, hn`` recurrent Dense layers) and equations:
+
+        r = σ(W_ir x + b_ir + W_hr h),  z = σ(W_iz x + b_iz + W_hz h),
+        n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn)),  h' = (1 − z) ⊙ n + z ⊙ h
+
+    ``(h0 [..., H], xs [L, ..., D], first bool [L, *P]) -> (h_L [..., H], hs [L, ..., H])``,
+    h zeroed before every step whose ``first`` is set. Why not ``nn.scan`` of the cell:
+    the input projections of all L steps are one ``[D, 3H]`` matrix product before the
+    loop, and the loop body one ``[H, 3H]`` product instead of six small ones — a scan
+    iteration's work, forward and backward, is what recurrent training spends its time on.
+    """
+
+    features: int
+    kernel_init: Callable[..., jax.Array]
+    recurrent_kernel_init: Callable[..., jax.Array]
+
+    @nn.compact
+    def __call__(self, h: jax.Array, xs: jax.Array, first: jax.Array) -> tuple[jax.Array, jax.Array]:
+        d, hidden = xs.shape[-1], self.features
+        weights = lambda name, init, bias, width: _Weights(hidden, bias, init, name=name)(width)
+        w_i, b_i = zip(*(weights(g, self.kernel_init, True, d) for g in ("ir", "iz", "in")))
+        w_h, b_h = zip(*(weights(g, self.recurrent_kernel_init, g == "hn", hidden) for g in ("hr", "hz", "hn")))
+        x_proj = xs @ jnp.concatenate(w_i, axis=1) + jnp.concatenate(b_i)  # [L, ..., 3H]
+        w_h, b_h = jnp.concatenate(w_h, axis=1), jnp.concatenate(b_h)  # b_h: [0, 0, b_hn]
+
+        def step(h, inputs):
+            x, new_episode = inputs
+            h = reset_carry(h, new_episode)
+            xr, xz, xn = jnp.split(x, 3, axis=-1)
+            hr, hz, hn = jnp.split(h @ w_h + b_h, 3, axis=-1)
+            r, z = nn.sigmoid(xr + hr), nn.sigmoid(xz + hz)
+            h = (1.0 - z) * jnp.tanh(xn + r * hn) + z * h
+            return h, h
+
+        return jax.lax.scan(step, h, (x_proj, first))
+
+
 class GRUNet(MLP):
     """A recurrent network over a time-major sequence, H = ``hidden[0]``:
 
@@ -150,8 +205,8 @@ class GRUNet(MLP):
     recurrent layout: embed, recur, then feed-forward); with ``value_head`` the
     embedding and GRU are the shared trunk (JaxMARL IPPO's ``ActorCriticRNN``). The hidden state is zeroed
     before every step whose ``first`` is set (``first``'s shape is a prefix of the
-    batch shape ``[...]``). Only the cell runs inside the scan; the layers around it
-    see all L steps at once (a scan iteration's fixed cost dominates on CPU).
+    batch shape ``[...]``). Only the recurrence runs inside the scan (``GRU``); the
+    layers around it see all L steps at once (a scan iteration's fixed cost dominates on CPU).
     """
 
     @property
@@ -160,16 +215,9 @@ class GRUNet(MLP):
 
     @nn.compact
     def __call__(self, h: jax.Array, xs: jax.Array, first: jax.Array) -> tuple[jax.Array, jax.Array]:
-        xs = self.layers(xs, 0, 1)
-
-        def step(cell, h, inputs):
-            x, new_episode = inputs
-            return cell(reset_carry(h, new_episode), x)
-
-        scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False})
         # Our orthogonal init for the recurrent kernel too: flax's default takes a QR (see `orthogonal`).
-        cell = nn.GRUCell(self.hidden[0], kernel_init=orthogonal(), recurrent_kernel_init=orthogonal())
-        h, ys = scan(cell, h, (xs, first))
+        gru = GRU(self.hidden[0], orthogonal(), orthogonal(), name="GRUCell_0")
+        h, ys = gru(h, self.layers(xs, 0, 1), first)
         return h, self.branches(ys)
 
 
