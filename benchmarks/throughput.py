@@ -338,16 +338,30 @@ def _rollout_of(tr, num_steps: int):
     return jax.vmap(lambda s: rollout(tr.env, tr.net, s.params, s.rollout, s.key, num_steps, cfg.critic_input)[1])
 
 
-def phase_costs(tr, state, hyper) -> dict:
+def bootstrap_blocks(traj) -> float:
+    """Mean number of blocks (of E rows) the rollout's ``bootstrap_values`` evaluated, for
+    rollouts ``traj`` (leaves ``[R, T, E, ...]``): its steps that ended an episode
+    before the last step, plus the last step's E, over E."""
+    import numpy as np
+
+    done = np.asarray(traj.terminated | traj.truncated)[:, :-1]
+    num_envs = done.shape[-1]
+    return float(np.mean(np.ceil((done.sum(axis=(1, 2)) + num_envs) / num_envs)))
+
+
+def phase_costs(tr, state, hyper, blocks: float = 1.0) -> dict:
     """``{"flops_per_env_step", "bytes_per_env_step"}``, each ``{phase: value, "total"}``:
     XLA's cost analysis of one unit of each phase's loops (a rollout step, its
     advantages, one minibatch's gradient step) scaled by the unit's count per update,
-    for runs ``state`` ``[R, ...]`` (arrays or shapes) and ``hyper`` ``[R, ...]``."""
+    for runs ``state`` ``[R, ...]`` (arrays or shapes) and ``hyper`` ``[R, ...]``. The
+    rollout's truncation bootstrap is costed per block of E rows (``blocks`` per
+    rollout: ``bootstrap_blocks`` of a measured one; 1, the last step's, at least)."""
     import dataclasses
 
     import jax
 
     import jaxpo
+    from jaxpo.core.rollout import bootstrap_values
 
     cfg = tr.config
     if cfg.recurrent:  # training sequences of one step: the replay's GRU scan is then one loop body too
@@ -360,8 +374,11 @@ def phase_costs(tr, state, hyper) -> dict:
     minibatch_data = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct((runs, x.shape[1] // cfg.num_minibatches, *x.shape[2:]), x.dtype), data)
     one_minibatch = jaxpo.Trainer(dataclasses.replace(cfg, num_epochs=1, num_minibatches=1), tuple(tr.mesh.devices.flat))
+    block = _cost(jax.vmap(lambda s, traj: bootstrap_values(tr.net, s.params, traj, s.rollout.carry,
+                                                            traj.critic_input)), state, one_step)
+    step = [a - b for a, b in zip(_cost(_rollout_of(tr, 1), state), block)]  # a one-step rollout has one block
     units = {
-        "rollout": (_cost(_rollout_of(tr, 1), state), cfg.num_steps),
+        "rollout": ([s * cfg.num_steps + b * blocks for s, b in zip(step, block)], 1),
         "advantages": (_cost(data_of, state, one_step, hyper), cfg.num_steps),
         "update": (_cost(jax.vmap(lambda s, d, h: one_minibatch.update(s, d, s.key, h)), state, minibatch_data, hyper),
                    cfg.num_epochs * cfg.num_minibatches),
@@ -369,7 +386,8 @@ def phase_costs(tr, state, hyper) -> dict:
     env_steps = cfg.num_steps * cfg.num_envs * runs  # per update
     per_step = lambda i: {k: cost[i] * count / env_steps for k, (cost, count) in units.items()}
     total = lambda d: {**{k: round(v, 1) for k, v in d.items()}, "total": round(sum(d.values()), 1)}
-    return dict(flops_per_env_step=total(per_step(0)), bytes_per_env_step=total(per_step(1)))
+    return dict(flops_per_env_step=total(per_step(0)), bytes_per_env_step=total(per_step(1)),
+                bootstrap_blocks=round(blocks, 2))
 
 
 def _phases(tr, state, hyper) -> dict:
@@ -385,7 +403,7 @@ def _phases(tr, state, hyper) -> dict:
     phase_ms["update"], _ = _time_ms(update_of, state, data, hyper)
     return dict(
         phase_ms={k: round(v, 2) for k, v in phase_ms.items()},
-        **phase_costs(tr, state, hyper),
+        **phase_costs(tr, state, hyper, bootstrap_blocks(traj)),
         min_flops_per_env_step=min_flops_per_env_step(tr, cfg.num_epochs),
     )
 

@@ -8,7 +8,7 @@ import pytest
 
 from jaxpo.core import support
 from jaxpo.core.networks import ActorCritic
-from jaxpo.core.rollout import rollout, to_sequences
+from jaxpo.core.rollout import Transition, bootstrap_values, rollout, to_sequences
 from jaxpo import Config, Hyper, train, trainer
 
 N, O, A, C = 3, 5, 4, 7
@@ -42,6 +42,38 @@ def test_sequence_crossing_a_boundary_equals_a_fresh_sequence_after_it(gru):
         h, y = net.actor.step(params["actor"], h, xs[t], first[t])
         outs.append(y)
     np.testing.assert_allclose(jnp.stack(outs), ys, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("ends", [0, 2, 13], ids=["last_only", "one_block", "several_blocks"])
+def test_bootstrap_values_evaluate_every_ended_step_and_reuse_the_next_value_elsewhere(gru, ends):
+    """``final_value[t]``: where step t ended an episode (or is the last) the critic on
+    the reached observation from the hidden state the step left, evaluated E rows at a
+    time — 13 ended steps of E = 4 envs take four blocks; elsewhere the next step's
+    value, untouched (random values here, so a recomputation would show)."""
+    net, params = gru
+    T, E = 6, B
+    keys = jax.random.split(jax.random.PRNGKey(7), 5)
+    carry = {"actor": jax.random.normal(keys[0], (T, E, N, 16)), "critic": jax.random.normal(keys[1], (T, E, N, 16))}
+    last_carry = jax.tree.map(lambda c: c[0] + 1.0, carry)
+    final_input = jax.random.normal(keys[2], (T, E, N, C))
+    value = jax.random.normal(keys[3], (T, E, N))
+    ended = np.zeros(T * E, bool)
+    ended[np.random.default_rng(ends).choice((T - 1) * E, ends, replace=False)] = True
+    ended = ended.reshape(T, E)
+    terminated, truncated = ended & (np.arange(E) % 2 == 0), ended & (np.arange(E) % 2 == 1)
+    zeros = jnp.zeros((T, E))
+    traj = Transition(obs=None, action_mask=None, critic_obs=None, carry=carry, first=zeros, action=zeros,
+                      log_prob=zeros, value=value, reward=zeros, terminated=jnp.asarray(terminated),
+                      truncated=jnp.asarray(truncated), final_value=None, episode_return=zeros, episode_length=zeros)
+    final_value = np.asarray(jax.jit(lambda t, c, x: bootstrap_values(net, params, t, c, x))(traj, last_carry, final_input))
+
+    after = jax.tree.map(lambda c, last: jnp.concatenate([c[1:], last[None]]), carry, last_carry)
+    dense = np.asarray(net.next_value(params, after, final_input))  # every step evaluated
+    own_pass = ended.copy()
+    own_pass[-1] = True
+    np.testing.assert_allclose(final_value[own_pass], dense[own_pass], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(final_value[:-1][~own_pass[:-1]], np.asarray(value)[1:][~own_pass[:-1]])
+    assert np.abs(dense[:-1][~own_pass[:-1]] - np.asarray(value)[1:][~own_pass[:-1]]).min() > 1e-4  # teeth
 
 
 def test_agent_policy_replays_the_stacked_recurrent_policy():

@@ -229,7 +229,7 @@ def rollout(
             reward=next_ts.reward,
             terminated=next_ts.terminated,
             truncated=next_ts.truncated,
-            final_value=net.next_value(params, carry, final_critic_obs),
+            final_value=None,  # bootstrap_values, after the scan
             episode_return=jnp.where(done, episode_return.mean(-1), 0.0),
             episode_length=jnp.where(done, episode_length, 0),
             episode_won=None if next_ts.won is None else done & next_ts.won,
@@ -242,6 +242,38 @@ def rollout(
             episode_return=jnp.where(done[:, None], 0.0, episode_return),
             episode_length=jnp.where(done, 0, episode_length),
         )
-        return varying(state, axis_name), transition
+        return varying(state, axis_name), (transition, final_critic_obs)
 
-    return jax.lax.scan(one_step, state, jax.random.split(key, num_steps))
+    state, (traj, final_input) = jax.lax.scan(one_step, state, jax.random.split(key, num_steps))
+    return state, traj.replace(final_value=bootstrap_values(net, params, traj, state.carry, final_input))
+
+
+def bootstrap_values(net: ActorCritic, params: Any, traj: Transition, last_carry: dict[str, jax.Array],
+                     final_input: jax.Array) -> jax.Array:
+    """``final_value [T, E, N]`` of a rollout ``traj`` (leaves ``[T, E, ...]``): the
+    critic's value of the observation each step reached, before any reset.
+
+    Where the episode continues that observation is the next step's, and so is its
+    value: ``value[t + 1]`` (same hidden state, no reset). Only the last step and the
+    steps that ended an episode (few: about E·T / episode length) need a pass of their
+    own, on ``final_input [T, E, N, C]`` (the critic's input of the reached observation)
+    and the hidden state the step left (``traj.carry[t + 1]``, ``last_carry [E, N, H]``
+    for the last): those are gathered E at a time and evaluated in blocks until none is
+    left, instead of a second critic pass at every step of the rollout.
+    """
+    num_steps, num_envs = traj.terminated.shape
+    size = num_steps * num_envs
+    left = (traj.terminated | traj.truncated).at[-1].set(True).reshape(size)  # [T·E]
+    final_value = jnp.concatenate([traj.value[1:], jnp.zeros_like(traj.value[:1])]).reshape(size, -1)
+    after = jax.tree.map(lambda c, last: jnp.concatenate([c[1:], last[None]]), traj.carry, last_carry)
+    rows = lambda x, index: x.reshape(size, *x.shape[2:])[index]  # [T, E, ...] at flat indices
+
+    def block(carry):
+        final_value, left = carry
+        index = jnp.nonzero(left, size=num_envs, fill_value=size)[0]  # up to E of them; size = none
+        clipped = jnp.minimum(index, size - 1)
+        values = net.next_value(params, jax.tree.map(lambda c: rows(c, clipped), after), rows(final_input, clipped))
+        return final_value.at[index].set(values, mode="drop"), left.at[index].set(False, mode="drop")
+
+    final_value, _ = jax.lax.while_loop(lambda c: c[1].any(), block, (final_value, left))
+    return final_value.reshape(traj.value.shape)
