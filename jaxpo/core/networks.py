@@ -79,6 +79,22 @@ class IdDense(nn.Module):
         return x @ kernel[:d] + kernel[d:] + bias
 
 
+class _Weights(nn.Module):
+    """The kernel ``[in, features]`` (and bias) of a Dense layer, returned rather than
+    applied: the same names, shapes and initial values as ``nn.Dense``."""
+
+    features: int
+    use_bias: bool
+    kernel_init: Callable[..., jax.Array]
+
+    @nn.compact
+    def __call__(self, in_dim: int) -> tuple[jax.Array, jax.Array]:
+        kernel = self.param("kernel", self.kernel_init, (in_dim, self.features))
+        if not self.use_bias:
+            return kernel, jnp.zeros((self.features,), kernel.dtype)
+        return kernel, self.param("bias", nn.initializers.zeros, (self.features,))
+
+
 class MLP(nn.Module):
     """Orthogonally initialised MLP, ``[..., D] -> [..., out_dim]`` (PPO's usual init).
 
@@ -123,11 +139,20 @@ class MLP(nn.Module):
 
     def branches(self, x: jax.Array) -> jax.Array:
         """Everything after the first layer: the actor's layers and head, and with
-        ``value_head`` the value branch's, concatenated."""
-        out = self.head(self.layers(x, 1))
+        ``value_head`` the value branch's, concatenated. The two branches' first layers
+        read the same trunk output, so they run as one product with their kernels side
+        by side (one ``[H, 2W]`` matrix product is markedly faster than two ``[H, W]``)."""
         if not self.value_head:
-            return out
-        value = self.dense(len(self.hidden), 1, 1.0, "value_")(self.layers(x, 1, prefix="value_"))
+            return self.head(self.layers(x, 1))
+        actor = value = x
+        if len(self.hidden) > 1:
+            width, act = self.hidden[1], ACTIVATIONS[self.activation]
+            weights = [_Weights(width, True, orthogonal(np.sqrt(2.0)), name=f"{prefix}Dense_1")(x.shape[-1])
+                       for prefix in ("", "value_")]
+            kernel, bias = (jnp.concatenate(w, axis=-1) for w in zip(*weights))
+            actor, value = jnp.split(act(x @ kernel + bias), 2, axis=-1)
+        out = self.head(self.layers(actor, 2))
+        value = self.dense(len(self.hidden), 1, 1.0, "value_")(self.layers(value, 2, prefix="value_"))
         return jnp.concatenate([out, value], axis=-1)
 
     @nn.compact
@@ -139,22 +164,6 @@ def reset_carry(h: jax.Array, first: jax.Array) -> jax.Array:
     """Hidden state ``h [*P, ..., H]`` zeroed where ``first bool [*P]`` is set (a new
     episode starts); e.g. ``h [E, N, H]`` with ``first [E]``."""
     return jnp.where(first.reshape(first.shape + (1,) * (h.ndim - first.ndim)), 0.0, h)
-
-
-class _Weights(nn.Module):
-    """The kernel ``[in, features]`` (and bias) of a Dense layer, returned rather than
-    applied: the same names, shapes and initial values as ``nn.Dense``."""
-
-    features: int
-    use_bias: bool
-    kernel_init: Callable[..., jax.Array]
-
-    @nn.compact
-    def __call__(self, in_dim: int) -> tuple[jax.Array, jax.Array]:
-        kernel = self.param("kernel", self.kernel_init, (in_dim, self.features))
-        if not self.use_bias:
-            return kernel, jnp.zeros((self.features,), kernel.dtype)
-        return kernel, self.param("bias", nn.initializers.zeros, (self.features,))
 
 
 class GRU(nn.Module):
