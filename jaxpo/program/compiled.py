@@ -80,8 +80,15 @@ class Trainer:
         """``(state sharding, sharding of per-run inputs and metrics, batched chunk)``."""
         chunk = jax.vmap(self.learner.chunk)
         if self.config.parallel == "runs":
+            # Mapped per device, not only sharded: a data-dependent loop (the rollout's
+            # bootstrap blocks) then stops on each device's own runs, where a sharded
+            # vmap would all-reduce its condition over the devices at every iteration.
             runs_split = NamedSharding(self.mesh, P("runs"))
-            return runs_split, runs_split, chunk
+            # check_vma off: runs share nothing, and an env's constant outputs (a
+            # never-truncating env's `truncated`) would otherwise differ in type from
+            # the per-run carry they enter.
+            mapped = jax.shard_map(chunk, mesh=self.mesh, in_specs=P("runs"), out_specs=P("runs"), check_vma=False)
+            return runs_split, runs_split, mapped
         replicated = NamedSharding(self.mesh, P())
         # Data parallel: the rollout state [R, E, ...] split along E; the rest replicated.
         spec = TrainState(params=P(), opt_state=P(), rollout=P(None, ENV_AXIS),
