@@ -26,8 +26,14 @@ job. JaxMARL only reports ``dones["__all__"]``; the adapter splits it:
 ``terminal_condition`` is known per family: never for MPE (every MPE episode ends
 at the time limit, so every MPE done is a truncation); "the battle is decided" (all
 allies or all enemies dead) for SMAX, so a battle decided on the last step is a
-termination. ``max_steps`` is the true maximal episode length in steps, which is
-*not* JaxMARL's ``max_steps`` for MPE and SMAX (see :class:`JaxMARLAdapter`).
+termination; "the agent in the room told" for Switch Riddle (the game is decided
+then, reward ±1), so a tell on the last step is a termination. ``max_steps`` is the
+true maximal episode length in steps, which is *not* JaxMARL's ``max_steps`` for MPE
+and SMAX (see :class:`JaxMARLAdapter`).
+
+Controlled agents. In the FACMAC MPE scenarios (``MPE_simple_facmac*``) the prey is in
+JaxMARL's agent list but moved by JaxMARL's own heuristic (its action is thrown
+away); the adapter's agents are the predators only, and the prey's action is zeros.
 
 JaxMARL is imported lazily (it takes seconds and prints to stdout on import).
 """
@@ -47,14 +53,27 @@ import numpy as np
 
 from .base import Env, TimeStep
 
-# JaxMARL names verified by tests/test_jaxmarl_adapter.py (cooperative; MPE with
-# action_type "Discrete" or "Continuous", SMAX with any scenario).
+# JaxMARL names verified by tests/test_jaxmarl_adapter.py: the cooperative tasks (one team
+# of learners with a common goal). MPE with action_type "Discrete" or "Continuous" (FACMAC's
+# are continuous only), SMAX with any scenario, SMACv2's random-unit maps included.
 SUPPORTED_JAXMARL: tuple[str, ...] = (
+    "MPE_simple_v3",
     "MPE_simple_spread_v3",
     "MPE_simple_reference_v3",
     "MPE_simple_speaker_listener_v4",
+    "MPE_simple_facmac_v1",
+    "MPE_simple_facmac_3a_v1",
+    "MPE_simple_facmac_6a_v1",
+    "MPE_simple_facmac_9a_v1",
     "HeuristicEnemySMAX",
+    "switch_riddle",
 )
+
+# JaxMARL names that are not one cooperative team (teams with opposed rewards): refused by name.
+COMPETITIVE_JAXMARL: tuple[str, ...] = (
+    "MPE_simple_tag_v3", "MPE_simple_world_comm_v3", "MPE_simple_crypto_v3", "MPE_simple_push_v3",
+    "MPE_simple_adversary_v3", "SMAX", "coin_game", "storm", "storm_2p", "storm_np",
+)  # fmt: skip
 
 # Keyword arguments SimpleMPE.__init__ reads from its **kwargs (jaxmarl 0.2.0). MPE
 # constructors swallow any other keyword silently, so a typo such as
@@ -96,8 +115,12 @@ def _jaxmarl():
         from jaxmarl.environments.multi_agent_env import MultiAgentEnv
         from jaxmarl.environments.smax.heuristic_enemy_smax_env import EnemySMAX
         from jaxmarl.environments.smax.smax_env import SMAX
+        from jaxmarl.environments.mpe.simple_facmac import SimpleFacmacMPE
         from jaxmarl.environments.spaces import Box, Discrete
+        from jaxmarl.environments.switch_riddle.switch_riddle import SwitchRiddle
     return {
+        "SimpleFacmacMPE": SimpleFacmacMPE,
+        "SwitchRiddle": SwitchRiddle,
         "jaxmarl": jaxmarl,
         "SimpleMPE": SimpleMPE,
         "MultiAgentEnv": MultiAgentEnv,
@@ -152,7 +175,8 @@ class JaxMARLAdapter(Env):
     Attributes:
         env: the wrapped JaxMARL environment.
         name: the JaxMARL name (or the class name).
-        agents: tuple of agent names, the order of the agent axis.
+        agents: tuple of agent names, the order of the agent axis: the agents jaxpo
+            controls (every JaxMARL agent except FACMAC's heuristic prey).
         num_agents: N.
         obs_dim: O, the largest flattened observation; smaller ones are zero-padded
             at the end.
@@ -179,7 +203,13 @@ class JaxMARLAdapter(Env):
             raise ValueError(f"env must be a jaxmarl MultiAgentEnv instance, got {type(env).__name__}")
         self.env = env
         self.name = name if name is not None else type(env).__name__
-        self.agents = tuple(env.agents)
+        heuristic = set(env.good_agents) if isinstance(env, jm["SimpleFacmacMPE"]) else set()
+        self.agents = tuple(a for a in env.agents if a not in heuristic)
+        # JaxMARL's agents moved by its own heuristic: given zero actions, {agent: zeros}.
+        self._heuristic_actions = {
+            a: jnp.zeros(env.action_space(a).shape, jnp.float32 if isinstance(env.action_space(a), jm["Box"]) else jnp.int32)
+            for a in sorted(heuristic)
+        }
         self.num_agents = len(self.agents)
         if self.num_agents == 0:
             raise ValueError(f"JaxMARL env {self.name!r} has no agents")
@@ -222,6 +252,8 @@ class JaxMARLAdapter(Env):
             self._family = "mpe"
         elif isinstance(env, jm["SMAX"]):
             self._family = "smax"
+        elif isinstance(env, jm["SwitchRiddle"]):
+            self._family = "switch_riddle"
         else:
             self._family = "other"
         if not isinstance(getattr(env, "max_steps", None), (int, np.integer)):
@@ -251,6 +283,11 @@ class JaxMARLAdapter(Env):
                 MPE, does not know), an unknown SMAX scenario, or an unsupported
                 action space.
         """
+        if name in COMPETITIVE_JAXMARL:
+            raise ValueError(
+                f"JaxMARL env {name!r} is not a cooperative task (its teams' rewards are opposed); "
+                f"jaxpo trains one cooperative team. Cooperative JaxMARL envs: {', '.join(SUPPORTED_JAXMARL)}"
+            )
         if name not in SUPPORTED_JAXMARL:
             raise ValueError(
                 f"unknown JaxMARL env name {name!r}; supported: {', '.join(SUPPORTED_JAXMARL)} "
@@ -291,10 +328,11 @@ class JaxMARLAdapter(Env):
         ``local_ratio == 1`` every pair is coupled; simple_reference's reward of
         agent i is the *other* agent's distance to its goal (blended with the
         team mean); simple_speaker_listener's reward is shared by both.
-        SMAX: the complete graph — allies share one team reward.
+        SMAX, Switch Riddle and FACMAC's predators: the complete graph — one team
+        reward.
         Other envs: None (unknown).
         """
-        if self._family in ("mpe", "smax"):
+        if self._family in ("mpe", "smax", "switch_riddle"):
             return np.ones((self.num_agents, self.num_agents), dtype=np.float32)
         return None
 
@@ -332,11 +370,15 @@ class JaxMARLAdapter(Env):
         allies = self.env.num_allies
         return ~jnp.any(inner.unit_alive[:allies]), ~jnp.any(inner.unit_alive[allies:])
 
-    def _terminal_condition(self, state: Any) -> jax.Array:
-        """bool [] — the episode ended for a reason other than the time limit."""
+    def _terminal_condition(self, state: Any, actions: dict, next_state: Any) -> jax.Array:
+        """bool [] — the step from ``state`` with ``actions`` (JaxMARL's dict) to
+        ``next_state`` ended the episode for a reason other than the time limit."""
         if self._family == "smax":
-            allies_dead, enemies_dead = self._battle(state)
+            allies_dead, enemies_dead = self._battle(next_state)
             return allies_dead | enemies_dead
+        if self._family == "switch_riddle":  # only the agent in the room acts; its tell decides the game
+            acted = jnp.stack([actions[a] for a in self.env.agents])[state.agent_in_room]
+            return acted == self.env.game_actions["TELL"]
         return jnp.asarray(False)  # MPE has no terminal states; unknown otherwise
 
     def _won(self, state: Any) -> jax.Array | None:
@@ -397,8 +439,9 @@ class JaxMARLAdapter(Env):
                 f"actions must be an integer array of shape ({self.num_agents},), "
                 f"got {actions.dtype} {actions.shape}"
             )
-        obs, next_state, reward, dones, _ = self.env.step_env(key, state, self._action_dict(actions))
-        return self._pack_step(obs, next_state, reward, dones["__all__"])
+        action_dict = self._action_dict(actions)
+        obs, next_state, reward, dones, _ = self.env.step_env(key, state, action_dict)
+        return self._pack_step(obs, next_state, reward, dones["__all__"], state, action_dict)
 
     def render(self, state: Any) -> np.ndarray:
         """One (unbatched) state drawn by JaxMARL's own MPE visualiser: uint8 [H, W, 3]."""
@@ -421,11 +464,12 @@ class JaxMARLAdapter(Env):
         Continuous: float [N, A] -> {agent: float32 [A_i]} clipped to the Box."""
         if self.continuous:
             actions = jnp.clip(actions.astype(jnp.float32), self.action_low, self.action_high)
-            return {a: actions[i, :n] for i, (a, n) in enumerate(zip(self.agents, self.agent_num_actions))}
+            return {**{a: actions[i, :n] for i, (a, n) in enumerate(zip(self.agents, self.agent_num_actions))},
+                    **self._heuristic_actions}
         actions = actions.astype(jnp.int32)
         real = (actions >= 0) & (actions < jnp.asarray(self.agent_num_actions))
         actions = jnp.where(real, actions, 0)
-        return {a: actions[i] for i, a in enumerate(self.agents)}
+        return {**{a: actions[i] for i, a in enumerate(self.agents)}, **self._heuristic_actions}
 
     @functools.partial(jax.jit, static_argnums=0)
     def _pack_reset(self, obs: dict, state: Any) -> tuple[Any, TimeStep]:
@@ -441,11 +485,12 @@ class JaxMARLAdapter(Env):
         )
 
     @functools.partial(jax.jit, static_argnums=0)
-    def _pack_step(self, obs: dict, next_state: Any, reward: dict, done: jax.Array) -> tuple[Any, TimeStep]:
+    def _pack_step(self, obs: dict, next_state: Any, reward: dict, done: jax.Array, state: Any,
+                   actions: dict) -> tuple[Any, TimeStep]:
         next_state = _strong(next_state)
         done = jnp.asarray(done, dtype=bool)
         time_up = _inner_state(next_state).step >= self.max_steps
-        truncated = done & time_up & ~self._terminal_condition(next_state)
+        truncated = done & time_up & ~self._terminal_condition(state, actions, next_state)
         return next_state, TimeStep(
             obs=self._stack_obs(obs),
             reward=jnp.stack([jnp.asarray(reward[a], jnp.float32) for a in self.agents]),
@@ -457,4 +502,4 @@ class JaxMARLAdapter(Env):
         )
 
 
-__all__ = ["JaxMARLAdapter", "SUPPORTED_JAXMARL"]
+__all__ = ["COMPETITIVE_JAXMARL", "JaxMARLAdapter", "SUPPORTED_JAXMARL"]
