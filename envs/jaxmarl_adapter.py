@@ -27,9 +27,15 @@ job. JaxMARL only reports ``dones["__all__"]``; the adapter splits it:
 at the time limit, so every MPE done is a truncation); "the battle is decided" (all
 allies or all enemies dead) for SMAX, so a battle decided on the last step is a
 termination; "the agent in the room told" for Switch Riddle (the game is decided
-then, reward ±1), so a tell on the last step is a termination. ``max_steps`` is the
+then, reward ±1), so a tell on the last step is a termination; always for Hanabi,
+which has no time limit (a game ends when the fireworks are complete, the lives are
+spent or the last round after the deck is played). ``max_steps`` is the
 true maximal episode length in steps, which is *not* JaxMARL's ``max_steps`` for MPE
 and SMAX (see :class:`JaxMARLAdapter`).
+
+Turn-based games (Hanabi). Every agent acts at every step, but only the player whose
+turn it is matters: the others' action mask allows only JaxMARL's no-op (its last
+move), so their log-probability is 0 and they add nothing to the objective.
 
 Controlled agents. In the FACMAC MPE scenarios (``MPE_simple_facmac*``) the prey is in
 JaxMARL's agent list but moved by JaxMARL's own heuristic (its action is thrown
@@ -67,6 +73,7 @@ SUPPORTED_JAXMARL: tuple[str, ...] = (
     "MPE_simple_facmac_9a_v1",
     "HeuristicEnemySMAX",
     "switch_riddle",
+    "hanabi",
 )
 
 # JaxMARL names that are not one cooperative team (teams with opposed rewards): refused by name.
@@ -111,6 +118,7 @@ def _jaxmarl():
     """Imports jaxmarl once, without its "Importing submoduled environments..." noise."""
     with _quiet_jaxmarl_import():
         import jaxmarl
+        from jaxmarl.environments.hanabi.hanabi import HanabiEnv
         from jaxmarl.environments.mpe.simple import SimpleMPE
         from jaxmarl.environments.multi_agent_env import MultiAgentEnv
         from jaxmarl.environments.smax.heuristic_enemy_smax_env import EnemySMAX
@@ -120,6 +128,7 @@ def _jaxmarl():
         from jaxmarl.environments.switch_riddle.switch_riddle import SwitchRiddle
     return {
         "SimpleFacmacMPE": SimpleFacmacMPE,
+        "Hanabi": HanabiEnv,
         "SwitchRiddle": SwitchRiddle,
         "jaxmarl": jaxmarl,
         "SimpleMPE": SimpleMPE,
@@ -194,7 +203,11 @@ class JaxMARLAdapter(Env):
             ``step >= max_steps`` on the counter *before* incrementing it, so a
             time-limited episode lasts ``max_steps + 1`` steps (MPE: 26 by default,
             not PettingZoo's 25; SMAX: 101). The adapter keeps JaxMARL's dynamics
-            unchanged and reports the true length. Other envs: JaxMARL's value.
+            unchanged and reports the true length. Hanabi (no time limit): the
+            longest game its rules allow, 2(C − N·H + N) + T + K turns for C cards,
+            N players of H cards, T information tokens and K colours (every play
+            or discard takes a card, every hint a token; discards and completed
+            colours give tokens back). Other envs: JaxMARL's value.
     """
 
     def __init__(self, env: Any, name: str | None = None):
@@ -254,18 +267,26 @@ class JaxMARLAdapter(Env):
             self._family = "smax"
         elif isinstance(env, jm["SwitchRiddle"]):
             self._family = "switch_riddle"
+        elif isinstance(env, jm["Hanabi"]):
+            self._family = "hanabi"
         else:
             self._family = "other"
-        if not isinstance(getattr(env, "max_steps", None), (int, np.integer)):
+        if self._family == "hanabi":
+            n, hand = env.num_agents, env.hand_size
+            plays_and_discards = env.deck_size - n * hand + n
+            self.max_steps = 2 * plays_and_discards + env.max_info_tokens + env.num_colors
+        elif not isinstance(getattr(env, "max_steps", None), (int, np.integer)):
             raise ValueError(f"JaxMARL env {self.name!r} has no integer max_steps; cannot tell truncation")
         # MPE and SMAX test `step >= max_steps` on the counter *before* incrementing
         # it, so their episodes last one step longer than their max_steps says.
-        self.max_steps = int(env.max_steps) + (1 if self._family in ("mpe", "smax") else 0)
+        else:
+            self.max_steps = int(env.max_steps) + (1 if self._family in ("mpe", "smax") else 0)
 
         # MultiAgentEnv.get_avail_actions raises NotImplementedError (MPE does not
         # override it): then every real action is available. Continuous: every real dimension.
         base_avail = jm["MultiAgentEnv"].get_avail_actions
-        self._has_avail = not self.continuous and type(env).get_avail_actions is not base_avail
+        self._has_avail = not self.continuous and (
+            type(env).get_avail_actions is not base_avail or self._family == "hanabi")
 
     @classmethod
     def from_name(cls, name: str, **kwargs) -> "JaxMARLAdapter":
@@ -328,11 +349,11 @@ class JaxMARLAdapter(Env):
         ``local_ratio == 1`` every pair is coupled; simple_reference's reward of
         agent i is the *other* agent's distance to its goal (blended with the
         team mean); simple_speaker_listener's reward is shared by both.
-        SMAX, Switch Riddle and FACMAC's predators: the complete graph — one team
-        reward.
+        SMAX, Switch Riddle, Hanabi and FACMAC's predators: the complete graph — one
+        team reward.
         Other envs: None (unknown).
         """
-        if self._family in ("mpe", "smax", "switch_riddle"):
+        if self._family in ("mpe", "smax", "switch_riddle", "hanabi"):
             return np.ones((self.num_agents, self.num_agents), dtype=np.float32)
         return None
 
@@ -357,7 +378,7 @@ class JaxMARLAdapter(Env):
         """bool [N, A]: the env's available actions, False on padding."""
         if not self._has_avail:
             return jnp.asarray(self._real_actions)
-        avail = self.env.get_avail_actions(state)
+        avail = (self.env.get_legal_moves if self._family == "hanabi" else self.env.get_avail_actions)(state)
         rows = [
             jnp.pad(jnp.asarray(avail[a]).astype(bool), (0, self.num_actions - int(n)))
             for a, n in zip(self.agents, self.agent_num_actions)
@@ -379,6 +400,8 @@ class JaxMARLAdapter(Env):
         if self._family == "switch_riddle":  # only the agent in the room acts; its tell decides the game
             acted = jnp.stack([actions[a] for a in self.env.agents])[state.agent_in_room]
             return acted == self.env.game_actions["TELL"]
+        if self._family == "hanabi":  # no time limit: every end is the game's own
+            return jnp.asarray(True)
         return jnp.asarray(False)  # MPE has no terminal states; unknown otherwise
 
     def _won(self, state: Any) -> jax.Array | None:

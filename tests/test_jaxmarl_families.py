@@ -99,6 +99,63 @@ def test_switch_riddle_trains_a_recurrent_team():
     assert np.all(np.median(result.metrics["return"][:, -10:], axis=1) > -0.15)
 
 
+# -- Hanabi: turn-based, legal moves as action masks, no time limit -----------------------
+
+
+@pytest.fixture(scope="module")
+def hanabi():
+    return JaxMARLAdapter.from_name("hanabi")
+
+
+def test_hanabi_masks_are_the_legal_moves_and_only_the_player_to_move_acts(hanabi):
+    env = hanabi
+    assert (env.num_agents, env.obs_dim, env.num_actions) == (2, 658, 21)
+    assert env.max_steps == 2 * (50 - 10 + 2) + 8 + 5  # the longest game the rules allow
+    np.testing.assert_array_equal(env.coupling, np.ones((2, 2)))
+    key = jax.random.PRNGKey(0)
+    state, ts = env.reset(key)
+    legal = env.env.get_legal_moves(state)
+    np.testing.assert_array_equal(ts.action_mask, np.stack([legal[a] for a in env.agents]).astype(bool))
+    mover = int(np.argmax(np.asarray(state.cur_player_idx)))
+    noop = np.eye(env.num_actions, dtype=bool)[-1]
+    np.testing.assert_array_equal(ts.action_mask[1 - mover], noop)  # the other player can only wait
+    assert ts.action_mask[mover].sum() > 1 and not ts.action_mask[mover, -1]
+    play_first = jnp.where(jnp.arange(2) == mover, 5, env.num_actions - 1).astype(jnp.int32)  # 5: play card 0
+    new, ts = env.step(key, state, play_first)
+    raw_obs, raw_new, raw_rew, raw_dones, _ = env.env.step_env(key, state, {a: play_first[i] for i, a in
+                                                                           enumerate(env.agents)})
+    np.testing.assert_array_equal(ts.obs, np.stack([raw_obs[a] for a in env.agents]))
+    np.testing.assert_array_equal(ts.reward, [raw_rew[a] for a in env.agents])
+    np.testing.assert_array_equal(new.fireworks, raw_new.fireworks)
+    assert int(np.argmax(np.asarray(new.cur_player_idx))) == 1 - mover  # turns alternate
+
+
+def test_hanabi_random_games_end_as_the_rules_say(hanabi):
+    """Random legal play, auto-reset, 2048 steps: every end is a termination (Hanabi has
+    no time limit), within ``max_steps``, the reward shared by both players;
+    a game's return is its final score, 0 when the lives run out."""
+    env = AutoReset(hanabi)
+
+    def step(carry, key):
+        state, ts, t, score = carry
+        k_act, k_step = jax.random.split(key)
+        actions = jax.random.categorical(k_act, jnp.where(ts.action_mask, 0.0, -jnp.inf))
+        state, ts = env.step(k_step, state, actions)
+        score = score + ts.reward[0]
+        out = (ts.terminated, ts.truncated, t + 1, score, ts.reward[0] == ts.reward[1])
+        return (state, ts, jnp.where(ts.done, 0, t + 1), jnp.where(ts.done, 0.0, score)), out
+
+    state, ts = env.reset(jax.random.PRNGKey(0))
+    carry = (state, ts, jnp.int32(0), jnp.float32(0.0))
+    _, (terminated, truncated, length, score, shared) = jax.jit(lambda c: jax.lax.scan(
+        step, c, jax.random.split(jax.random.PRNGKey(1), 2048)))(carry)
+    terminated = np.asarray(terminated)
+    assert not np.any(truncated) and terminated.sum() >= 10
+    assert np.all(length <= hanabi.max_steps) and np.all(shared)
+    finals = np.asarray(score)[terminated]
+    assert np.all((finals >= 0) & (finals <= 25)) and np.all(finals == np.round(finals))
+
+
 # -- MPE: the single-agent scenario and FACMAC's predators against a heuristic prey ----------
 
 
