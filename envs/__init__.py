@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import inspect
 
+import numpy as np
+
 from .base import AutoReset, Env, TimeStep
 
 # jaxpo's own environments: name -> "module:Class" (imported on first use).
@@ -27,6 +29,27 @@ def registered_names() -> list[str]:
     from .jaxmarl_adapter import SUPPORTED_JAXMARL
 
     return sorted(REGISTRY) + sorted(SUPPORTED_JAXMARL)
+
+
+def describe(env: Env) -> dict:
+    """One line's facts about ``env``: its agents N, observation width O, action space
+    (``Discrete(A)`` or ``Box(A)``; the largest agent's, smaller ones padded), whether it
+    is continuous, and its coupling: ``complete``, ``none`` (identity), ``graph, mean
+    degree d`` (the others an agent's reward depends on), or ``unknown``."""
+    continuous = bool(getattr(env, "continuous", False))
+    coupling = env.coupling
+    if coupling is None:
+        graph = "unknown"
+    elif np.all(coupling == 1):
+        graph = "complete"
+    elif np.array_equal(coupling, np.eye(env.num_agents)):
+        graph = "none"
+    else:
+        degree = (np.asarray(coupling) != 0).sum(axis=1) - np.diagonal(np.asarray(coupling) != 0)
+        graph = f"graph, mean degree {degree.mean():.3g}"
+    return {"num_agents": env.num_agents, "obs_dim": env.obs_dim,
+            "actions": f"{'Box' if continuous else 'Discrete'}({env.num_actions})", "continuous": continuous,
+            "coupling": graph}
 
 
 def make(name: str, **kwargs) -> Env:
@@ -53,4 +76,4 @@ def make(name: str, **kwargs) -> Env:
     return JaxMARLAdapter.from_name(name, **kwargs)
 
 
-__all__ = ["AutoReset", "Env", "TimeStep", "make", "registered_names", "REGISTRY"]
+__all__ = ["AutoReset", "Env", "TimeStep", "describe", "make", "registered_names", "REGISTRY"]

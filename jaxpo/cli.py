@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                 _add_section(cmd, section)
         _add_processes(cmd)
         _add_compile_cache(cmd)
-    sub.add_parser("envs", help="list environment names")
+    envs = sub.add_parser("envs", help="list the environments: agents, spaces and coupling at default parameters")
+    envs.add_argument("--names", action="store_true", help="only the names, one per line")
     _add_policy_commands(sub)
     ex = sub.add_parser("export", help="export evaluations as marl-eval JSON",
                         description="Reads eval_episodes.csv and absolute.csv (evaluation during training: "
@@ -456,10 +457,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_envs(_: argparse.Namespace) -> int:
-    from jaxpo.envs import registered_names
+def cmd_envs(args: argparse.Namespace) -> int:
+    from jaxpo.envs import describe, make, registered_names
 
-    print("\n".join(registered_names()))
+    if args.names:
+        print("\n".join(registered_names()))
+        return 0
+    rows = [["name", "N", "obs", "actions", "continuous", "coupling"]]
+    for name in registered_names():  # each with its default parameters
+        facts = describe(make(name))
+        rows.append([name, *(str(facts[k]) for k in ("num_agents", "obs_dim", "actions", "continuous", "coupling"))])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0
 
 

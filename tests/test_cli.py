@@ -121,7 +121,14 @@ def test_recurrent_smax_run_reports_win_rate(tmp_path, capsys):
     assert "win_rate" in header
 
 
-def test_envs_lists_names(capsys):
+def test_envs_lists_every_name_with_its_sizes_spaces_and_coupling(capsys):
+    from jaxpo.envs import registered_names
+
     assert cli.main(["envs"]) == 0
-    names = capsys.readouterr().out.split()
-    assert "MPE_simple_spread_v3" in names and "MPE_simple_reference_v3" in names
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert sorted(rows) == sorted(registered_names())
+    assert rows["hanabi"] == ["2", "658", "Discrete(21)", "False", "complete"]
+    assert rows["MPE_simple_facmac_3a_v1"] == ["3", "16", "Box(5)", "True", "complete"]
+    assert rows["memory_cue"][-1] == "none" and rows["public_goods"][-4:] == ["graph,", "mean", "degree", "2"]
+    assert cli.main(["envs", "--names"]) == 0
+    assert capsys.readouterr().out.split() == registered_names()

@@ -156,6 +156,17 @@ def test_hanabi_random_games_end_as_the_rules_say(hanabi):
     assert np.all((finals >= 0) & (finals <= 25)) and np.all(finals == np.round(finals))
 
 
+def test_hanabi_trains_a_team_that_scores():
+    """Random legal play bombs out (score 0: JaxMARL takes the fireworks back when the
+    lives run out); at CI size IPPO learns to play safe cards. Measured: medians over
+    updates 40-49 of 1.7 and 2.3 for seeds 0, 1 (2.5 and 2.6 at update 60)."""
+    config = Config(env="hanabi", num_envs=32, num_steps=64, updates_per_chunk=10, hidden=(128, 128))
+    hyper, seeds, _ = runs(support.ippo(2), seeds=[0, 1], lr=1e-3)
+    result = train(config, hyper, seeds, num_updates=50, progress=False)
+    assert np.all(result.initial_return() < 0.2)
+    assert np.all(np.median(result.metrics["return"][:, -10:], axis=1) > 1.0)
+
+
 # -- MPE: the single-agent scenario and FACMAC's predators against a heuristic prey ----------
 
 
