@@ -29,7 +29,14 @@ allies or all enemies dead) for SMAX, so a battle decided on the last step is a
 termination; "the agent in the room told" for Switch Riddle (the game is decided
 then, reward ±1), so a tell on the last step is a termination; always for Hanabi,
 which has no time limit (a game ends when the fireworks are complete, the lives are
-spent or the last round after the deck is played). ``max_steps`` is the
+spent or the last round after the deck is played); never for Overcooked (v1 and v2
+end only at ``max_steps``: every end is a truncation).
+
+Overcooked's shaped reward (JaxMARL's ``info["shaped_reward"]``, for placing an onion
+in a pot, picking up a dish, …) is added to the team reward times ``shaped_reward``
+(a constructor argument, default 0: the sparse delivery reward only). Its image
+observations (H × W × C) are flattened like every other observation; ``obs_shape``
+keeps the image's shape. ``max_steps`` is the
 true maximal episode length in steps, which is *not* JaxMARL's ``max_steps`` for MPE
 and SMAX (see :class:`JaxMARLAdapter`).
 
@@ -74,6 +81,8 @@ SUPPORTED_JAXMARL: tuple[str, ...] = (
     "HeuristicEnemySMAX",
     "switch_riddle",
     "hanabi",
+    "overcooked",
+    "overcooked_v2",
 )
 
 # JaxMARL names that are not one cooperative team (teams with opposed rewards): refused by name.
@@ -124,11 +133,14 @@ def _jaxmarl():
         from jaxmarl.environments.smax.heuristic_enemy_smax_env import EnemySMAX
         from jaxmarl.environments.smax.smax_env import SMAX
         from jaxmarl.environments.mpe.simple_facmac import SimpleFacmacMPE
+        from jaxmarl.environments.overcooked import Overcooked
+        from jaxmarl.environments.overcooked_v2 import OvercookedV2
         from jaxmarl.environments.spaces import Box, Discrete
         from jaxmarl.environments.switch_riddle.switch_riddle import SwitchRiddle
     return {
         "SimpleFacmacMPE": SimpleFacmacMPE,
         "Hanabi": HanabiEnv,
+        "Overcooked": (Overcooked, OvercookedV2),
         "SwitchRiddle": SwitchRiddle,
         "jaxmarl": jaxmarl,
         "SimpleMPE": SimpleMPE,
@@ -196,6 +208,9 @@ class JaxMARLAdapter(Env):
         agent_num_actions: int [N] numpy — each agent's own action count (width).
         action_low, action_high: float32 [N, A] numpy (continuous only) — the Box
             bounds, actions are clipped to them before the env sees them.
+        obs_shape: the agents' observation shape before flattening when they share
+            one (Overcooked: the image, H × W × C), else ``(obs_dim,)``.
+        shaped_reward: Overcooked's shaped-reward coefficient (0: sparse reward only).
         global_state_dim: S when the env provides a world state (SMAX's
             ``obs["world_state"]``), broadcast to every agent as [N, S]; else None.
         max_steps: the most steps an episode can last. For MPE and SMAX this is
@@ -210,7 +225,7 @@ class JaxMARLAdapter(Env):
             colours give tokens back). Other envs: JaxMARL's value.
     """
 
-    def __init__(self, env: Any, name: str | None = None):
+    def __init__(self, env: Any, name: str | None = None, shaped_reward: float = 0.0):
         jm = _jaxmarl()
         if not isinstance(env, jm["MultiAgentEnv"]):
             raise ValueError(f"env must be a jaxmarl MultiAgentEnv instance, got {type(env).__name__}")
@@ -258,6 +273,8 @@ class JaxMARLAdapter(Env):
             raise ValueError(f"JaxMARL env {self.name!r}: reset returns no observation for agents {missing}")
         self._obs_sizes = [int(np.prod(obs_shapes[a].shape)) for a in self.agents]
         self.obs_dim = max(self._obs_sizes)
+        shapes = {tuple(obs_shapes[a].shape) for a in self.agents}
+        self.obs_shape = shapes.pop() if len(shapes) == 1 else (self.obs_dim,)
         ws = obs_shapes.get("world_state")
         self.global_state_dim = None if ws is None else int(np.prod(ws.shape))
 
@@ -269,17 +286,23 @@ class JaxMARLAdapter(Env):
             self._family = "switch_riddle"
         elif isinstance(env, jm["Hanabi"]):
             self._family = "hanabi"
+        elif isinstance(env, jm["Overcooked"]):
+            self._family = "overcooked"
         else:
             self._family = "other"
+        if not isinstance(shaped_reward, (int, float)) or isinstance(shaped_reward, bool):
+            raise ValueError(f"shaped_reward must be a number, got {shaped_reward!r}")
+        if shaped_reward and self._family != "overcooked":
+            raise ValueError(f"shaped_reward is Overcooked's; JaxMARL env {self.name!r} has none")
+        self.shaped_reward = float(shaped_reward)
         if self._family == "hanabi":
             n, hand = env.num_agents, env.hand_size
             plays_and_discards = env.deck_size - n * hand + n
             self.max_steps = 2 * plays_and_discards + env.max_info_tokens + env.num_colors
         elif not isinstance(getattr(env, "max_steps", None), (int, np.integer)):
             raise ValueError(f"JaxMARL env {self.name!r} has no integer max_steps; cannot tell truncation")
-        # MPE and SMAX test `step >= max_steps` on the counter *before* incrementing
-        # it, so their episodes last one step longer than their max_steps says.
-        else:
+        else:  # MPE and SMAX test `step >= max_steps` on the counter *before* incrementing it,
+            # so their episodes last one step longer than their max_steps says.
             self.max_steps = int(env.max_steps) + (1 if self._family in ("mpe", "smax") else 0)
 
         # MultiAgentEnv.get_avail_actions raises NotImplementedError (MPE does not
@@ -297,12 +320,14 @@ class JaxMARLAdapter(Env):
             **kwargs: the JaxMARL constructor's keyword arguments (e.g.
                 ``local_ratio=0.5``, ``max_steps=50``, ``action_type="Continuous"``;
                 for SMAX ``scenario=`` a JaxMARL ``Scenario`` or a map name such as
-                ``"3m"`` or ``"2s3z"``).
+                ``"3m"`` or ``"2s3z"``; for Overcooked ``layout=`` a layout name such
+                as ``"cramped_room"``), plus the adapter's own ``shaped_reward``
+                (Overcooked only).
 
         Raises:
             ValueError: unknown name, keyword arguments the env rejects (or, for
-                MPE, does not know), an unknown SMAX scenario, or an unsupported
-                action space.
+                MPE, does not know), an unknown SMAX scenario or Overcooked layout,
+                a shaped reward for an env without one, or an unsupported action space.
         """
         if name in COMPETITIVE_JAXMARL:
             raise ValueError(
@@ -315,6 +340,14 @@ class JaxMARLAdapter(Env):
                 "(other discrete JaxMARL envs can be wrapped as JaxMARLAdapter(jaxmarl.make(name)))"
             )
         jm = _jaxmarl()
+        shaped_reward = kwargs.pop("shaped_reward", 0.0)
+        if name == "overcooked" and isinstance(kwargs.get("layout"), str):  # v2 takes names itself
+            from jaxmarl.environments.overcooked import overcooked_layouts
+            from flax.core import FrozenDict
+
+            if kwargs["layout"] not in overcooked_layouts:
+                raise ValueError(f"unknown Overcooked layout {kwargs['layout']!r}; known: {', '.join(overcooked_layouts)}")
+            kwargs = {**kwargs, "layout": FrozenDict(overcooked_layouts[kwargs["layout"]])}
         if isinstance(kwargs.get("scenario"), str):  # SMAX map name, e.g. scenario="3m"
             kwargs = {**kwargs, "scenario": _smax_scenario(kwargs["scenario"])}
         try:
@@ -336,7 +369,7 @@ class JaxMARLAdapter(Env):
                     f"invalid keyword arguments for JaxMARL env {name!r}: unknown {unknown} "
                     f"(MPE would ignore them silently); known: {sorted(known)}"
                 )
-        return cls(env, name=name)
+        return cls(env, name=name, shaped_reward=shaped_reward)
 
     @property
     def coupling(self) -> np.ndarray | None:
@@ -349,11 +382,11 @@ class JaxMARLAdapter(Env):
         ``local_ratio == 1`` every pair is coupled; simple_reference's reward of
         agent i is the *other* agent's distance to its goal (blended with the
         team mean); simple_speaker_listener's reward is shared by both.
-        SMAX, Switch Riddle, Hanabi and FACMAC's predators: the complete graph — one
-        team reward.
+        SMAX, Switch Riddle, Hanabi, Overcooked and FACMAC's predators: the complete
+        graph — one team reward.
         Other envs: None (unknown).
         """
-        if self._family in ("mpe", "smax", "switch_riddle", "hanabi"):
+        if self._family in ("mpe", "smax", "switch_riddle", "hanabi", "overcooked"):
             return np.ones((self.num_agents, self.num_agents), dtype=np.float32)
         return None
 
@@ -463,7 +496,9 @@ class JaxMARLAdapter(Env):
                 f"got {actions.dtype} {actions.shape}"
             )
         action_dict = self._action_dict(actions)
-        obs, next_state, reward, dones, _ = self.env.step_env(key, state, action_dict)
+        obs, next_state, reward, dones, info = self.env.step_env(key, state, action_dict)
+        if self.shaped_reward:
+            reward = {a: reward[a] + self.shaped_reward * info["shaped_reward"][a] for a in self.agents}
         return self._pack_step(obs, next_state, reward, dones["__all__"], state, action_dict)
 
     def render(self, state: Any) -> np.ndarray:

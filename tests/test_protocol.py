@@ -388,6 +388,11 @@ REFERENCE = {  # file -> values its source sets (JaxMARL / Mava), checked after 
                                                    ent_coef=0.0),
     "jaxmarl_ippo_ff_mpe.yaml": dict(env="MPE_simple_spread_v3", num_envs=16, num_steps=128, hidden=(64, 64),
                                      activation="tanh", recurrent=False, agent_ids=False, anneal_lr=True, lr=0.00025),
+    "jaxmarl_ippo_ff_overcooked.yaml": dict(env="overcooked", num_envs=16, num_steps=128, hidden=(64, 64),
+                                            activation="tanh", anneal_lr=True, lr=0.00025, lr_horizon=2441),
+    "jaxmarl_ippo_ff_hanabi.yaml": dict(env="hanabi", num_envs=1024, num_steps=128, hidden=(512, 512),
+                                        activation="relu", shared_trunk=True, agent_ids=False, anneal_lr=False,
+                                        lr=0.0005, ent_coef=0.01),
     "mava_rec_ippo_smax.yaml": dict(env="HeuristicEnemySMAX", recurrent=True, anneal_lr=False, lr=0.00025,
                                     eval_every=20480, eval_episodes=32, eval_greedy=False, absolute_episodes=320),
     "mava_rec_mappo_smax.yaml": dict(env="HeuristicEnemySMAX", recurrent=True, critic_input="global",
@@ -409,6 +414,8 @@ def test_each_reference_config_plans_with_its_sources_values(name, tmp_path):
     if experiment.config.env == "HeuristicEnemySMAX":  # JaxMARL's SMAX settings in every SMAX file
         assert dict(experiment.config.env_kwargs) == {"scenario": "2s3z", "see_enemy_actions": True,
                                                       "walls_cause_death": True, "attack_mode": "closest"}
+    if experiment.config.env == "overcooked":
+        assert dict(experiment.config.env_kwargs) == {"layout": "coord_ring", "shaped_reward": 1.0}
     (program,) = plan(path, run={"out": str(tmp_path)}).programs  # every setting checked, nothing compiled
     assert program.config == experiment.config.__class__(**{**vars(experiment.config),
                                                             "updates_per_chunk": program.config.updates_per_chunk})
