@@ -30,15 +30,15 @@ termination; "the agent in the room told" for Switch Riddle (the game is decided
 then, reward ±1), so a tell on the last step is a termination; always for Hanabi,
 which has no time limit (a game ends when the fireworks are complete, the lives are
 spent or the last round after the deck is played); never for Overcooked (v1 and v2
-end only at ``max_steps``: every end is a truncation).
+end only at ``max_steps``: every end is a truncation). ``max_steps`` is the true
+maximal episode length in steps, which is *not* JaxMARL's ``max_steps`` for MPE and
+SMAX (see :class:`JaxMARLAdapter`).
 
 Overcooked's shaped reward (JaxMARL's ``info["shaped_reward"]``, for placing an onion
 in a pot, picking up a dish, …) is added to the team reward times ``shaped_reward``
 (a constructor argument, default 0: the sparse delivery reward only). Its image
 observations (H × W × C) are flattened like every other observation; ``obs_shape``
-keeps the image's shape. ``max_steps`` is the
-true maximal episode length in steps, which is *not* JaxMARL's ``max_steps`` for MPE
-and SMAX (see :class:`JaxMARLAdapter`).
+keeps the image's shape.
 
 Turn-based games (Hanabi). Every agent acts at every step, but only the player whose
 turn it is matters: the others' action mask allows only JaxMARL's no-op (its last
@@ -66,7 +66,7 @@ import numpy as np
 
 from .base import Env, TimeStep
 
-# JaxMARL names verified by tests/test_jaxmarl_adapter.py: the cooperative tasks (one team
+# JaxMARL names verified by tests/test_jaxmarl_adapter.py and test_jaxmarl_families.py: the cooperative tasks (one team
 # of learners with a common goal). MPE with action_type "Discrete" or "Continuous" (FACMAC's
 # are continuous only), SMAX with any scenario, SMACv2's random-unit maps included.
 SUPPORTED_JAXMARL: tuple[str, ...] = (
@@ -129,20 +129,20 @@ def _jaxmarl():
         import jaxmarl
         from jaxmarl.environments.hanabi.hanabi import HanabiEnv
         from jaxmarl.environments.mpe.simple import SimpleMPE
-        from jaxmarl.environments.multi_agent_env import MultiAgentEnv
-        from jaxmarl.environments.smax.heuristic_enemy_smax_env import EnemySMAX
-        from jaxmarl.environments.smax.smax_env import SMAX
         from jaxmarl.environments.mpe.simple_facmac import SimpleFacmacMPE
+        from jaxmarl.environments.multi_agent_env import MultiAgentEnv
         from jaxmarl.environments.overcooked import Overcooked
         from jaxmarl.environments.overcooked_v2 import OvercookedV2
+        from jaxmarl.environments.smax.heuristic_enemy_smax_env import EnemySMAX
+        from jaxmarl.environments.smax.smax_env import SMAX
         from jaxmarl.environments.spaces import Box, Discrete
         from jaxmarl.environments.switch_riddle.switch_riddle import SwitchRiddle
     return {
-        "SimpleFacmacMPE": SimpleFacmacMPE,
+        "jaxmarl": jaxmarl,
         "Hanabi": HanabiEnv,
         "Overcooked": (Overcooked, OvercookedV2),
+        "SimpleFacmacMPE": SimpleFacmacMPE,
         "SwitchRiddle": SwitchRiddle,
-        "jaxmarl": jaxmarl,
         "SimpleMPE": SimpleMPE,
         "MultiAgentEnv": MultiAgentEnv,
         "SMAX": (SMAX, EnemySMAX),
@@ -234,9 +234,9 @@ class JaxMARLAdapter(Env):
         heuristic = set(env.good_agents) if isinstance(env, jm["SimpleFacmacMPE"]) else set()
         self.agents = tuple(a for a in env.agents if a not in heuristic)
         # JaxMARL's agents moved by its own heuristic: given zero actions, {agent: zeros}.
+        is_box = lambda a: isinstance(env.action_space(a), jm["Box"])
         self._heuristic_actions = {
-            a: jnp.zeros(env.action_space(a).shape, jnp.float32 if isinstance(env.action_space(a), jm["Box"]) else jnp.int32)
-            for a in sorted(heuristic)
+            a: jnp.zeros(env.action_space(a).shape, jnp.float32 if is_box(a) else jnp.int32) for a in sorted(heuristic)
         }
         self.num_agents = len(self.agents)
         if self.num_agents == 0:
@@ -346,7 +346,8 @@ class JaxMARLAdapter(Env):
             from flax.core import FrozenDict
 
             if kwargs["layout"] not in overcooked_layouts:
-                raise ValueError(f"unknown Overcooked layout {kwargs['layout']!r}; known: {', '.join(overcooked_layouts)}")
+                known = ", ".join(overcooked_layouts)
+                raise ValueError(f"unknown Overcooked layout {kwargs['layout']!r}; known: {known}")
             kwargs = {**kwargs, "layout": FrozenDict(overcooked_layouts[kwargs["layout"]])}
         if isinstance(kwargs.get("scenario"), str):  # SMAX map name, e.g. scenario="3m"
             kwargs = {**kwargs, "scenario": _smax_scenario(kwargs["scenario"])}

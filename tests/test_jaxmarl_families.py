@@ -187,7 +187,8 @@ def test_overcooked_matches_jaxmarl_with_its_shaped_reward(name, layout, shape):
         ts, ts_shaped = sparse.step(key, state, actions)[1], shaped.step(key, state, actions)[1]
         raw = jnp.stack([raw_obs[a].reshape(-1) for a in sparse.agents])
         bonus = jnp.stack([info["shaped_reward"][a] for a in sparse.agents]).astype(jnp.float32)
-        errors = (jnp.abs(ts.obs - raw).max(), jnp.abs(ts.reward - jnp.stack([raw_rew[a] for a in sparse.agents])).max(),
+        sparse_reward = jnp.stack([raw_rew[a] for a in sparse.agents])
+        errors = (jnp.abs(ts.obs - raw).max(), jnp.abs(ts.reward - sparse_reward).max(),
                   jnp.abs(ts_shaped.reward - ts.reward - 0.5 * bonus).max())
         return new, (errors, bonus.sum())
 
