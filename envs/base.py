@@ -13,7 +13,8 @@ float32 [N, A] (one action vector per agent) for continuous ones
 Both are jittable and vmappable.  ``state`` is any pytree.  An environment also
 states its sizes (``num_agents``, ``obs_dim``, ``num_actions``,
 ``global_state_dim``, ``max_steps``), whether its actions are ``continuous``,
-and, where known, its ``coupling`` graph.
+its observations' ``obs_shape`` before flattening, and, where known, its
+``coupling`` graph.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ class Env:
     def coupling(self) -> np.ndarray | None:
         return None
 
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """An agent's observation before it was flattened to ``obs_dim`` values, row-major:
+        ``(H, W, C)`` for images (a CNN can view it back), ``(obs_dim,)`` for vectors."""
+        return (self.obs_dim,)
+
     def reset(self, key: jax.Array) -> tuple[Any, TimeStep]:
         raise NotImplementedError
 
@@ -117,6 +124,10 @@ class AutoReset(Env):
     @property
     def coupling(self) -> np.ndarray | None:
         return self.env.coupling
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return self.env.obs_shape
 
     def __getattr__(self, name: str) -> Any:  # env-specific extras (render, reference policies, ...)
         return getattr(self.env, name)

@@ -15,6 +15,9 @@ Both act on arrays with the agent axis second to last: observations
 * Actions: discrete (masked categorical over A actions) or continuous (diagonal
   Gaussian over an A-wide action vector, state-independent learned log-std;
   masked dimensions — padding for agents with fewer — contribute nothing).
+* Image observations (Overcooked) may go through a CNN torso first (``conv``): the
+  flat ``[..., H·W·C]`` input is viewed as ``[..., H, W, C]`` images, convolved, and
+  flattened again before the first dense layer; the rest of the network is unchanged.
 """
 
 from __future__ import annotations
@@ -32,13 +35,16 @@ from flax import struct
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 Activation = Literal[tuple(ACTIVATIONS)]  # the names above, as a type
+# "auto": a CNN torso when the observations are images (H, W, C), else none.
+Encoder = Literal["auto", "mlp", "cnn"]
 
 # Masked logits: large but finite, so that 0 * logit stays 0 in the entropy.
 MASKED_LOGIT = -1e9
 
 
 def orthogonal(scale: float = 1.0, iterations: int = 60) -> Callable[..., jax.Array]:
-    """Orthogonal initialiser for ``[in, out]`` kernels, computed with matrix products only.
+    """Orthogonal initialiser for ``[in, out]`` kernels (conv kernels ``[kh, kw, in, out]``
+    as ``[kh·kw·in, out]``, like flax's), computed with matrix products only.
 
     flax's ``orthogonal`` takes a QR decomposition, which on CPU calls LAPACK through a
     multi-threaded OpenBLAS; called on XLA's thread pool next to other work (vmapped
@@ -49,13 +55,14 @@ def orthogonal(scale: float = 1.0, iterations: int = 60) -> Callable[..., jax.Ar
     """
 
     def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        if len(shape) != 2:
-            raise ValueError(f"orthogonal init expects a 2-D kernel shape, got {shape}")
-        m = jax.random.normal(key, shape, jnp.float32)
-        wide = shape[0] < shape[1]
+        if len(shape) < 2:
+            raise ValueError(f"orthogonal init expects a kernel shape of 2 or more dimensions, got {shape}")
+        rows, cols = int(np.prod(shape[:-1])), shape[-1]
+        m = jax.random.normal(key, (rows, cols), jnp.float32)
+        wide = rows < cols
         x = (m.T if wide else m) / jnp.linalg.norm(m)
         x = jax.lax.fori_loop(0, iterations, lambda _, x: 1.5 * x - 0.5 * x @ (x.T @ x), x)
-        return (scale * (x.T if wide else x)).astype(dtype)
+        return (scale * (x.T if wide else x)).reshape(shape).astype(dtype)
 
     return init
 
@@ -95,6 +102,29 @@ class _Weights(nn.Module):
         return kernel, self.param("bias", nn.initializers.zeros, (self.features,))
 
 
+class Conv(nn.Module):
+    """A stride-1, same-padded ``kernel × kernel`` convolution as one matrix product over
+    image patches (im2col): ``x [..., H, W, C] -> [..., H, W, features]``, with flax
+    ``nn.Conv``'s parameters (``kernel [k, k, C, F]``, ``bias [F]``), initial values and
+    outputs. XLA's CPU convolution is slow on these small images, and vmapped over runs
+    (a kernel per run) it becomes a grouped convolution, slower still; a batched matrix
+    product is neither. Padding is XLA's "SAME": (k - 1) // 2 before, k // 2 after."""
+
+    features: int
+    kernel: int
+    kernel_init: Callable[..., jax.Array]
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        k, (h, w, c) = self.kernel, x.shape[-3:]
+        kernel = self.param("kernel", self.kernel_init, (k, k, c, self.features))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        x = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [((k - 1) // 2, k // 2)] * 2 + [(0, 0)])
+        # Patch channel (i·k + j)·C + c is pixel (row + i, col + j)'s channel c: kernel[i, j, c] flattened.
+        patches = jnp.concatenate([x[..., i:i + h, j:j + w, :] for i in range(k) for j in range(k)], axis=-1)
+        return patches @ kernel.reshape(k * k * c, self.features) + bias
+
+
 class MLP(nn.Module):
     """Orthogonally initialised MLP, ``[..., D] -> [..., out_dim]`` (PPO's usual init).
 
@@ -108,6 +138,9 @@ class MLP(nn.Module):
     ``ActorCritic``): the first layer is shared, then two branches of the remaining
     ``hidden[1:]`` layers — the actor's head as above and a value head (``value_Dense_*``,
     init scale 1) — whose outputs are concatenated: ``[..., out + 1]``, the value last.
+
+    With ``conv`` (``(features, kernel)`` per layer) and ``image_shape`` (H, W, C) the
+    input ``[..., H·W·C]`` first passes a CNN torso (``encode``), which the trunk shares.
     """
 
     hidden: Sequence[int]
@@ -117,6 +150,21 @@ class MLP(nn.Module):
     log_std: bool = False
     num_ids: int = 0
     value_head: bool = False
+    conv: tuple[tuple[int, int], ...] = ()
+    image_shape: tuple[int, ...] = ()
+
+    def encode(self, x: jax.Array) -> jax.Array:
+        """The CNN torso (identity without ``conv``): ``x [..., H·W·C]``, row-major
+        flattened images, viewed as ``[..., H, W, C]``; each layer a stride-1, same-padded
+        ``kernel × kernel`` convolution (orthogonal init, scale √2) and the activation
+        (JaxMARL's Overcooked CNN); flattened again: ``[..., H·W·features_last]``."""
+        if not self.conv:
+            return x
+        x = x.reshape(x.shape[:-1] + tuple(self.image_shape))
+        for i, (features, kernel) in enumerate(self.conv):
+            layer = Conv(features, kernel, orthogonal(np.sqrt(2.0)), name=f"Conv_{i}")
+            x = ACTIVATIONS[self.activation](layer(x))
+        return x.reshape(x.shape[:-3] + (-1,))
 
     def dense(self, index: int, features: int, scale: float, prefix: str = "") -> nn.Module:
         """Layer ``index`` of a branch (0 = the input layer, which sees the agent ids)."""
@@ -157,7 +205,7 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.branches(self.layers(x, 0, 1))
+        return self.branches(self.layers(self.encode(x), 0, 1))
 
 
 def reset_carry(h: jax.Array, first: jax.Array) -> jax.Array:
@@ -210,7 +258,7 @@ class GRUNet(MLP):
 
         ``(h0 [..., H], xs [L, ..., D], first bool [L, *P]) -> (h_L [..., H], ys [L, ..., out])``
 
-    Dense(H) → GRU cell → Dense(``hidden[1:]``) → head (purejaxrl's and MAPPO's
+    [CNN →] Dense(H) → GRU cell → Dense(``hidden[1:]``) → head (purejaxrl's and MAPPO's
     recurrent layout: embed, recur, then feed-forward); with ``value_head`` the
     embedding and GRU are the shared trunk (JaxMARL IPPO's ``ActorCriticRNN``). The hidden state is zeroed
     before every step whose ``first`` is set (``first``'s shape is a prefix of the
@@ -226,7 +274,7 @@ class GRUNet(MLP):
     def __call__(self, h: jax.Array, xs: jax.Array, first: jax.Array) -> tuple[jax.Array, jax.Array]:
         # Our orthogonal init for the recurrent kernel too: flax's default takes a QR (see `orthogonal`).
         gru = GRU(self.hidden[0], orthogonal(), orthogonal(), name="GRUCell_0")
-        h, ys = gru(h, self.layers(xs, 0, 1), first)
+        h, ys = gru(h, self.layers(self.encode(xs), 0, 1), first)
         return h, self.branches(ys)
 
 
@@ -369,25 +417,41 @@ class ActorCritic:
         continuous: bool = False,
         shared_trunk: bool = False,
         agent_ids: bool = True,
+        conv: Sequence[tuple[int, int]] = (),
+        image_shape: Sequence[int] = (),
+        critic_conv: bool = False,
     ) -> "ActorCritic":
         """``num_actions``: discrete action count, or the action vector's width when
         ``continuous``. ``shared_trunk``: one trunk for actor and critic (the critic
         then reads the actor's input: ``critic_dim`` must equal ``obs_dim``).
-        ``agent_ids``: shared networks see each agent's one-hot id (false: only its input)."""
+        ``agent_ids``: shared networks see each agent's one-hot id (false: only its input).
+        ``conv``: ``(features, kernel)`` per CNN layer before the first dense layer, for
+        observations that are flattened ``image_shape`` (H, W, C) images; the critic has
+        its own CNN when ``critic_conv`` (it reads the same images), else none."""
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         hidden = tuple(int(h) for h in hidden)
         if not hidden or min(hidden) < 1:
             raise ValueError(f"hidden must be a non-empty sequence of positive widths, got {hidden}")
+        conv = tuple((int(f), int(k)) for f, k in conv)
+        image_shape = tuple(int(d) for d in image_shape)
+        if conv and (len(image_shape) != 3 or int(np.prod(image_shape)) != obs_dim):
+            raise ValueError(f"a CNN torso needs image_shape (H, W, C) with H·W·C = obs_dim ({obs_dim}), "
+                             f"got {image_shape}")
+        if critic_conv and conv and critic_dim != obs_dim:
+            raise ValueError(f"critic_conv: the critic's CNN reads the observation images, so critic_dim "
+                             f"({critic_dim}) must equal obs_dim ({obs_dim})")
         if shared_trunk and critic_dim != obs_dim:
             raise ValueError(f"a shared trunk reads the actor's observation, so critic_dim ({critic_dim}) "
                              f"must equal obs_dim ({obs_dim})")
         module = GRUNet if recurrent else MLP
         ids = num_agents if shared and agent_ids else 0  # one network for all agents, told apart by their ids
         # out_scale 0.01: a near-uniform initial policy (near-zero Gaussian mean).
+        cnn = dict(conv=conv, image_shape=image_shape if conv else ())
         actor = module(hidden, num_actions, activation, out_scale=0.01, log_std=continuous, num_ids=ids,
-                       value_head=shared_trunk)
-        critic = None if shared_trunk else module(hidden, 1, activation, out_scale=1.0, num_ids=ids)
+                       value_head=shared_trunk, **cnn)
+        critic = None if shared_trunk else module(hidden, 1, activation, out_scale=1.0, num_ids=ids,
+                                                  **(cnn if critic_conv else {}))
         return cls(
             actor=AgentNetwork(actor, num_agents, obs_dim, shared),
             critic=None if critic is None else AgentNetwork(critic, num_agents, critic_dim, shared),

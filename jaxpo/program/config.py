@@ -31,7 +31,7 @@ import jaxpo.envs as envs
 from jaxpo.core import sparse
 from jaxpo.program.fields import choices, coerce, freeze, plain, thaw, type_hints
 from jaxpo.core.losses import AdvNorm
-from jaxpo.core.networks import Activation
+from jaxpo.core.networks import Activation, Encoder
 from jaxpo.program.parallel import Parallel
 from jaxpo.core.rollout import CriticInput
 from jaxpo.core.sparse import SupportForm
@@ -77,6 +77,14 @@ class Config:
         value_loss: "mse" (clipped squared error) or "huber" (clipped Huber with
             δ = huber_delta, MAPPO's critic loss).
         recurrent: GRU actor and critic, hidden states reset exactly where episodes start.
+        encoder: the observation's torso before the first dense layer: "cnn" (convolutions
+            over the image, for environments whose ``obs_shape`` is (H, W, C)), "mlp"
+            (none: the flattened observation), or "auto" (cnn exactly when the observations
+            are images). A critic reading the local observation gets its own CNN; one
+            reading a global state, none.
+        conv_features: the CNN's channels per layer (JaxMARL's Overcooked CNN: 32, 32, 32).
+        conv_kernels: the CNN's square kernel size per layer, same padding, stride 1
+            (JaxMARL's: 5, 3, 3); as many as conv_features.
         shared_trunk: one trunk for actor and critic — the first layer (and the GRU when
             recurrent), then a policy and a value head each with the ``hidden[1:]``
             layers (JaxMARL IPPO's ``ActorCriticRNN``); the critic reads the actor's
@@ -114,6 +122,9 @@ class Config:
     value_norm: bool = False
     value_loss: ValueLoss = "mse"
     recurrent: bool = False
+    encoder: Encoder = "auto"
+    conv_features: tuple[int, ...] = (32, 32, 32)
+    conv_kernels: tuple[int, ...] = (5, 3, 3)
     shared_trunk: bool = False
     anneal_lr: bool = False
     seq_len: int | None = None
@@ -143,8 +154,17 @@ class Config:
             allowed = choices(hint)
             if allowed is not None and value not in allowed:
                 raise ValueError(f"Config.{field} must be one of {allowed}, got {value!r}")
-        if not self.hidden or any(not isinstance(h, (int, np.integer)) or isinstance(h, bool) or h < 1 for h in self.hidden):
-            raise ValueError(f"Config.hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
+        for field in ("hidden", "conv_features", "conv_kernels"):
+            widths = getattr(self, field)
+            if isinstance(widths, (int, np.integer)) and not isinstance(widths, bool):
+                widths = (widths,)
+            widths = tuple(widths)
+            object.__setattr__(self, field, widths)
+            if not widths or any(not isinstance(h, (int, np.integer)) or isinstance(h, bool) or h < 1 for h in widths):
+                raise ValueError(f"Config.{field} must be a non-empty tuple of positive ints, got {widths!r}")
+        if len(self.conv_features) != len(self.conv_kernels):
+            raise ValueError(f"Config.conv_kernels needs one kernel size per conv_features layer: got "
+                             f"{len(self.conv_kernels)} for {len(self.conv_features)} ({self.conv_kernels!r})")
         if self.seq_len is not None:
             if not self.recurrent:
                 raise ValueError("Config.seq_len is for recurrent networks only (recurrent=True); "
@@ -197,6 +217,17 @@ class Config:
 
     def make_env(self) -> envs.Env:
         return _make_env(self.env, self.env_kwargs)
+
+    def cnn_layers(self, env: envs.Env) -> tuple[tuple[int, int], ...]:
+        """The CNN torso for ``env``'s observations, ``(features, kernel)`` per layer, or
+        () for none (see ``encoder``)."""
+        image = len(env.obs_shape) == 3
+        if self.encoder == "cnn" and not image:
+            raise ValueError(f"Config.encoder='cnn' needs image observations (H, W, C); {self.env} observes "
+                             f"flat vectors of shape {tuple(env.obs_shape)}: use encoder 'mlp' or 'auto'")
+        if self.encoder == "mlp" or not image:
+            return ()
+        return tuple(zip(self.conv_features, self.conv_kernels))
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

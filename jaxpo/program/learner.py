@@ -74,6 +74,7 @@ class Learner:
         self.config, self.axis = config, axis
         self.env = envs.AutoReset(config.make_env())
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
+        conv = config.cnn_layers(self.env)
         self.net = ActorCritic.create(
             num_agents=self.env.num_agents,
             obs_dim=self.env.obs_dim,
@@ -86,6 +87,9 @@ class Learner:
             continuous=self.env.continuous,
             shared_trunk=config.shared_trunk,
             agent_ids=config.agent_ids,
+            conv=conv,
+            image_shape=self.env.obs_shape if conv else (),
+            critic_conv=config.critic_input == "local",
         )
 
     @property
