@@ -30,7 +30,11 @@ termination; "the agent in the room told" for Switch Riddle (the game is decided
 then, reward ±1), so a tell on the last step is a termination; always for Hanabi,
 which has no time limit (a game ends when the fireworks are complete, the lives are
 spent or the last round after the deck is played); never for Overcooked (v1 and v2
-end only at ``max_steps``: every end is a truncation). ``max_steps`` is the true
+end only at ``max_steps``: every end is a truncation); "every robot reached its goal or
+crashed" for JaxNav (an episode that ends at its time limit with a robot still driving is
+a truncation); "the body fell" for MABrax (brax's own ``info["truncation"]``: a time-limit
+end where the body is still healthy; JaxMARL's MABrax is built with ``auto_reset=False``,
+since brax's auto-reset would replace the final observation). ``max_steps`` is the true
 maximal episode length in steps, which is *not* JaxMARL's ``max_steps`` for MPE and
 SMAX (see :class:`JaxMARLAdapter`).
 
@@ -47,6 +51,14 @@ move), so their log-probability is 0 and they add nothing to the objective.
 Controlled agents. In the FACMAC MPE scenarios (``MPE_simple_facmac*``) the prey is in
 JaxMARL's agent list but moved by JaxMARL's own heuristic (its action is thrown
 away); the adapter's agents are the predators only, and the prey's action is zeros.
+
+Robot navigation (JaxNav): per-agent rewards, continuous ``Box(2)`` actions (or
+``act_type="Discrete"``: 15), and a world state per agent (its ``get_world_state``). A robot
+that has reached its goal or crashed stays put with reward 0 until the episode ends.
+
+Multi-Agent Brax (``MABRAX``): agents drive disjoint sets of one body's joints, with
+unequal observations (zero-padded) and one team reward; it needs brax, the ``mabrax``
+extra (``pip install "jaxpo[mabrax]"``), and names it in the error when it is missing.
 
 JaxMARL is imported lazily (it takes seconds and prints to stdout on import).
 """
@@ -66,6 +78,9 @@ import numpy as np
 
 from .base import Env, TimeStep
 
+# Multi-Agent Brax: continuous control of one body's joints, needs brax (the ``mabrax`` extra).
+MABRAX: tuple[str, ...] = ("ant_4x2", "halfcheetah_6x1", "hopper_3x1", "humanoid_9|8", "walker2d_2x3")
+
 # JaxMARL names verified by tests/test_jaxmarl_adapter.py and test_jaxmarl_families.py: the cooperative tasks (one team
 # of learners with a common goal). MPE with action_type "Discrete" or "Continuous" (FACMAC's
 # are continuous only), SMAX with any scenario, SMACv2's random-unit maps included.
@@ -83,6 +98,8 @@ SUPPORTED_JAXMARL: tuple[str, ...] = (
     "hanabi",
     "overcooked",
     "overcooked_v2",
+    "jaxnav",
+    *MABRAX,
 )
 
 # JaxMARL names that are not one cooperative team (teams with opposed rewards): refused by name.
@@ -128,6 +145,7 @@ def _jaxmarl():
     with _quiet_jaxmarl_import():
         import jaxmarl
         from jaxmarl.environments.hanabi.hanabi import HanabiEnv
+        from jaxmarl.environments.jaxnav.jaxnav_env import JaxNav
         from jaxmarl.environments.mpe.simple import SimpleMPE
         from jaxmarl.environments.mpe.simple_facmac import SimpleFacmacMPE
         from jaxmarl.environments.multi_agent_env import MultiAgentEnv
@@ -140,6 +158,7 @@ def _jaxmarl():
     return {
         "jaxmarl": jaxmarl,
         "Hanabi": HanabiEnv,
+        "JaxNav": JaxNav,
         "Overcooked": (Overcooked, OvercookedV2),
         "SimpleFacmacMPE": SimpleFacmacMPE,
         "SwitchRiddle": SwitchRiddle,
@@ -149,6 +168,30 @@ def _jaxmarl():
         "Box": Box,
         "Discrete": Discrete,
     }
+
+
+@functools.cache
+def _mabrax_env_class() -> type | None:
+    """JaxMARL's ``MABraxEnv``, or None when brax (the ``mabrax`` extra) is not installed."""
+    try:
+        with _quiet_jaxmarl_import():
+            from jaxmarl.environments.mabrax import MABraxEnv
+    except ImportError:
+        return None
+    return MABraxEnv
+
+
+def _body_graph(system: Any, action_mapping: dict) -> np.ndarray:
+    """MABrax agents' joint graph, [N, N] 0/1 with a unit diagonal: agents i and j are
+    adjacent when a link one of them drives is the parent, a child or a sibling (attached
+    to the same body) of a link the other drives. ``system`` is the brax ``System``;
+    ``action_mapping`` maps each agent to its indices into the body's actuators."""
+    parents = np.asarray(system.link_parents)
+    dof_link = np.asarray(system.dof_link())[np.asarray(system.actuator.qd_id)]  # actuator -> the link it moves
+    links = [set(dof_link[np.asarray(idx)].tolist()) for idx in action_mapping.values()]
+    touch = lambda a, b: parents[a] == b or parents[b] == a or parents[a] == parents[b]
+    return np.asarray([[float(any(touch(a, b) for a in mine for b in theirs)) for theirs in links] for mine in links],
+                      dtype=np.float32)
 
 
 def _smax_scenario(map_name: str) -> Any:
@@ -274,10 +317,9 @@ class JaxMARLAdapter(Env):
         self._obs_sizes = [int(np.prod(obs_shapes[a].shape)) for a in self.agents]
         self.obs_dim = max(self._obs_sizes)
         shapes = {tuple(obs_shapes[a].shape) for a in self.agents}
-        self.obs_shape = shapes.pop() if len(shapes) == 1 else (self.obs_dim,)
-        ws = obs_shapes.get("world_state")
-        self.global_state_dim = None if ws is None else int(np.prod(ws.shape))
-
+        shape = shapes.pop() if len(shapes) == 1 else ()
+        self._obs_shape = shape if len(shape) > 1 else (self.obs_dim,)
+        mabrax = _mabrax_env_class()
         if isinstance(env, jm["SimpleMPE"]):
             self._family = "mpe"
         elif isinstance(env, jm["SMAX"]):
@@ -288,6 +330,10 @@ class JaxMARLAdapter(Env):
             self._family = "hanabi"
         elif isinstance(env, jm["Overcooked"]):
             self._family = "overcooked"
+        elif isinstance(env, jm["JaxNav"]):
+            self._family = "jaxnav"
+        elif mabrax is not None and isinstance(env, mabrax):
+            self._family = "mabrax"
         else:
             self._family = "other"
         if not isinstance(shaped_reward, (int, float)) or isinstance(shaped_reward, bool):
@@ -295,10 +341,21 @@ class JaxMARLAdapter(Env):
         if shaped_reward and self._family != "overcooked":
             raise ValueError(f"shaped_reward is Overcooked's; JaxMARL env {self.name!r} has none")
         self.shaped_reward = float(shaped_reward)
+        # The world state: SMAX's obs["world_state"] (one, broadcast); JaxNav's get_world_state (one per agent).
+        ws = obs_shapes.get("world_state")
+        self.global_state_dim = None if ws is None else int(np.prod(ws.shape))
+        if self._family == "jaxnav":  # [N, S]
+            ws = jax.eval_shape(env.get_world_state, jax.eval_shape(env.reset, jax.random.PRNGKey(0))[1])
+            self.global_state_dim = int(np.prod(ws.shape[1:]))
         if self._family == "hanabi":
             n, hand = env.num_agents, env.hand_size
             plays_and_discards = env.deck_size - n * hand + n
             self.max_steps = 2 * plays_and_discards + env.max_info_tokens + env.num_colors
+        elif self._family == "mabrax":  # brax's EpisodeWrapper counts action_repeat physics steps per step
+            if env.auto_reset:
+                raise ValueError(f"JaxMARL env {self.name!r} was built with auto_reset=True, which replaces the final "
+                                 "observation; build it with auto_reset=False (jaxpo's AutoReset resets episodes)")
+            self.max_steps = -(-int(env.episode_length) // int(env.action_repeat))
         elif not isinstance(getattr(env, "max_steps", None), (int, np.integer)):
             raise ValueError(f"JaxMARL env {self.name!r} has no integer max_steps; cannot tell truncation")
         else:  # MPE and SMAX test `step >= max_steps` on the counter *before* incrementing it,
@@ -308,8 +365,10 @@ class JaxMARLAdapter(Env):
         # MultiAgentEnv.get_avail_actions raises NotImplementedError (MPE does not
         # override it): then every real action is available. Continuous: every real dimension.
         base_avail = jm["MultiAgentEnv"].get_avail_actions
-        self._has_avail = not self.continuous and (
+        # JaxNav's is a placeholder (two ones per agent, whatever its action space): every action is legal there.
+        self._has_avail = not self.continuous and self._family != "jaxnav" and (
             type(env).get_avail_actions is not base_avail or self._family == "hanabi")
+        self._coupling = _body_graph(env.sys, env.agent_action_mapping) if self._family == "mabrax" else None
 
     @classmethod
     def from_name(cls, name: str, **kwargs) -> "JaxMARLAdapter":
@@ -340,6 +399,14 @@ class JaxMARLAdapter(Env):
                 "(other discrete JaxMARL envs can be wrapped as JaxMARLAdapter(jaxmarl.make(name)))"
             )
         jm = _jaxmarl()
+        if name in MABRAX:
+            if _mabrax_env_class() is None:
+                raise ImportError(f"JaxMARL env {name!r} (Multi-Agent Brax) needs brax, an optional extra: "
+                                  'pip install "jaxpo[mabrax]"')
+            if kwargs.get("auto_reset", False):
+                raise ValueError(f"auto_reset=True for {name!r}: jaxpo resets episodes itself (AutoReset keeps "
+                                 "the final observation); leave auto_reset out")
+            kwargs = {**kwargs, "auto_reset": False}
         shaped_reward = kwargs.pop("shaped_reward", 0.0)
         if name == "overcooked" and isinstance(kwargs.get("layout"), str):  # v2 takes names itself
             from jaxmarl.environments.overcooked import overcooked_layouts
@@ -373,6 +440,10 @@ class JaxMARLAdapter(Env):
         return cls(env, name=name, shaped_reward=shaped_reward)
 
     @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return self._obs_shape
+
+    @property
     def coupling(self) -> np.ndarray | None:
         """[N, N] 0/1: ``coupling[i, j] = 1`` when agent j's action can change agent i's reward.
 
@@ -384,12 +455,18 @@ class JaxMARLAdapter(Env):
         agent i is the *other* agent's distance to its goal (blended with the
         team mean); simple_speaker_listener's reward is shared by both.
         SMAX, Switch Riddle, Hanabi, Overcooked and FACMAC's predators: the complete
-        graph — one team reward.
+        graph — one team reward. JaxNav: the complete graph — each agent's reward is
+        blended with the team mean (``rew_lambda``), and any two robots can collide.
+        MABrax: the body's joint graph (:func:`_body_graph`: agents whose joints move
+        adjacent links; for ant_4x2 complete, for halfcheetah_6x1 and hopper_3x1 a path
+        along the limbs). Its reward is one team reward, so every agent reaches every
+        reward through the body's dynamics; the graph says whose actions act on each
+        other directly, and ``khop`` widens it hop by hop to the whole body.
         Other envs: None (unknown).
         """
-        if self._family in ("mpe", "smax", "switch_riddle", "hanabi", "overcooked"):
+        if self._family in ("mpe", "smax", "switch_riddle", "hanabi", "overcooked", "jaxnav"):
             return np.ones((self.num_agents, self.num_agents), dtype=np.float32)
-        return None
+        return self._coupling
 
     # -- dict <-> array conversion ------------------------------------------------
 
@@ -401,10 +478,13 @@ class JaxMARLAdapter(Env):
         ]
         return jnp.stack(rows)
 
-    def _global_state(self, obs: dict) -> jax.Array | None:
-        """The env's world state broadcast to every agent: float32 [N, S], or None."""
+    def _global_state(self, obs: dict, state: Any) -> jax.Array | None:
+        """The env's world state for every agent: float32 [N, S], or None. SMAX's one
+        ``obs["world_state"]`` is broadcast; JaxNav's ``get_world_state`` is per agent."""
         if self.global_state_dim is None:
             return None
+        if self._family == "jaxnav":
+            return jnp.reshape(self.env.get_world_state(state), (self.num_agents, -1)).astype(jnp.float32)
         ws = jnp.reshape(obs["world_state"], (-1,)).astype(jnp.float32)
         return jnp.broadcast_to(ws, (self.num_agents, self.global_state_dim))
 
@@ -436,6 +516,10 @@ class JaxMARLAdapter(Env):
             return acted == self.env.game_actions["TELL"]
         if self._family == "hanabi":  # no time limit: every end is the game's own
             return jnp.asarray(True)
+        if self._family == "jaxnav":  # every robot is at its goal or has crashed (now or, evaporating, before)
+            return jnp.all(state.done | next_state.goal_reached | next_state.move_term)
+        if self._family == "mabrax":  # brax marks a time-limit end as truncation unless the body also fell
+            return next_state.info["truncation"] == 0
         return jnp.asarray(False)  # MPE has no terminal states; unknown otherwise
 
     def _won(self, state: Any) -> jax.Array | None:
@@ -503,19 +587,52 @@ class JaxMARLAdapter(Env):
         return self._pack_step(obs, next_state, reward, dones["__all__"], state, action_dict)
 
     def render(self, state: Any) -> np.ndarray:
-        """One (unbatched) state drawn by JaxMARL's own MPE visualiser: uint8 [H, W, 3]."""
-        if self._family != "mpe":
-            raise ValueError(f"JaxMARL env {self.name!r} cannot render here: only MPE's visualiser is wired in")
-        import matplotlib.pyplot as plt
-        from jaxmarl.environments.mpe.mpe_visualizer import MPEVisualizer
+        """One (unbatched) state drawn by JaxMARL's own visualiser: uint8 [H, W, 3].
 
-        with contextlib.redirect_stdout(io.StringIO()):  # it prints whether agents communicate
-            viz = MPEVisualizer(self.env, [jax.device_get(_inner_state(state))])
+        MPE (``MPEVisualizer``), SMAX (its ``init_render``: allies blue, enemies green;
+        no shots, the state holds no actions), Overcooked v1 and v2 (their visualisers'
+        grid renderers) and JaxNav (its ``init_render``: map, robots, goals, lidar).
+        MABrax has none that runs headless (brax renders through an OpenGL context).
+        """
+        import matplotlib.pyplot as plt
+
+        state = jax.device_get(state)
+        family = self._family
+        if family == "overcooked" and isinstance(self.env, _jaxmarl()["Overcooked"][1]):
+            from jaxmarl.viz.overcooked_v2_visualizer import OvercookedV2Visualizer
+
+            return np.asarray(OvercookedV2Visualizer()._render_state(state, self.env.agent_view_size))[..., :3]
+        if family == "overcooked":
+            from jaxmarl.viz.overcooked_visualizer import TILE_PIXELS, OvercookedVisualizer
+
+            pad = self.env.agent_view_size - 2  # the maze map is padded for the agents' views
+            grid = np.asarray(state.maze_map[pad:-pad, pad:-pad, :])
+            return np.asarray(OvercookedVisualizer._render_grid(
+                grid, TILE_PIXELS, highlight_mask=None, agent_dir_idx=state.agent_dir_idx,
+                agent_inv=state.agent_inv))[..., :3]
+        if family == "mpe":
+            from jaxmarl.environments.mpe.mpe_visualizer import MPEVisualizer
+
+            with contextlib.redirect_stdout(io.StringIO()):  # it prints whether agents communicate
+                viz = MPEVisualizer(self.env, [_inner_state(state)])
+            fig = viz.fig
+        elif family in ("smax", "jaxnav"):
+            fig, ax = plt.subplots(figsize=(5, 5))
+            if family == "smax":  # every unit's action 0, a move: no bullets drawn
+                smax = getattr(self.env, "_env", self.env)
+                idle = {agent: 0 for agent in smax.agents}
+                image = smax.init_render(ax, (None, _inner_state(state), idle), 0, int(_inner_state(state).step))
+                plt.close(fig)
+                return np.asarray(image.get_array())[..., :3].copy()  # the figure as SMAX drew it
+            self.env.init_render(ax, state, obs=self.env.get_obs(state))  # the lidar beams need the observation
+        else:
+            raise ValueError(f"JaxMARL env {self.name!r} cannot render here: JaxMARL's visualisers are wired in for "
+                             "MPE, SMAX, Overcooked and JaxNav")
         try:
-            viz.fig.canvas.draw()
-            return np.asarray(viz.fig.canvas.buffer_rgba())[..., :3].copy()
+            fig.canvas.draw()
+            return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
         finally:
-            plt.close(viz.fig)
+            plt.close(fig)
 
     @functools.partial(jax.jit, static_argnums=0)
     def _action_dict(self, actions: jax.Array) -> dict:
@@ -539,7 +656,7 @@ class JaxMARLAdapter(Env):
             terminated=jnp.asarray(False),
             truncated=jnp.asarray(False),
             action_mask=self._action_mask(state),
-            global_state=self._global_state(obs),
+            global_state=self._global_state(obs, state),
             won=self._won(state),
         )
 
@@ -548,7 +665,10 @@ class JaxMARLAdapter(Env):
                    actions: dict) -> tuple[Any, TimeStep]:
         next_state = _strong(next_state)
         done = jnp.asarray(done, dtype=bool)
-        time_up = _inner_state(next_state).step >= self.max_steps
+        if self._family == "mabrax":  # brax's EpisodeWrapper counts physics steps in info
+            time_up = next_state.info["steps"] >= self.env.episode_length
+        else:
+            time_up = _inner_state(next_state).step >= self.max_steps
         truncated = done & time_up & ~self._terminal_condition(state, actions, next_state)
         return next_state, TimeStep(
             obs=self._stack_obs(obs),
@@ -556,9 +676,9 @@ class JaxMARLAdapter(Env):
             terminated=done & ~truncated,
             truncated=truncated,
             action_mask=self._action_mask(next_state),
-            global_state=self._global_state(obs),
+            global_state=self._global_state(obs, next_state),
             won=self._won(next_state),
         )
 
 
-__all__ = ["COMPETITIVE_JAXMARL", "JaxMARLAdapter", "SUPPORTED_JAXMARL"]
+__all__ = ["COMPETITIVE_JAXMARL", "JaxMARLAdapter", "MABRAX", "SUPPORTED_JAXMARL"]

@@ -465,7 +465,11 @@ def cmd_envs(args: argparse.Namespace) -> int:
         return 0
     rows = [["name", "N", "obs", "actions", "continuous", "coupling"]]
     for name in registered_names():  # each with its default parameters
-        facts = describe(make(name))
+        try:
+            facts = describe(make(name))
+        except ImportError as exc:  # an optional extra that is not installed: the row says which
+            rows.append([name, "?", "?", "?", "?", str(exc)])
+            continue
         rows.append([name, *(str(facts[k]) for k in ("num_agents", "obs_dim", "actions", "continuous", "coupling"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:

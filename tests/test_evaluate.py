@@ -86,6 +86,26 @@ def test_mpe_renders_through_jaxmarls_visualiser():
     assert not np.array_equal(first, env.render(state))
 
 
+@pytest.mark.parametrize("name, kwargs", [("overcooked", dict(layout="cramped_room")),
+                                          ("overcooked_v2", dict(layout="cramped_room")),
+                                          ("HeuristicEnemySMAX", dict(scenario="3m")), ("jaxnav", {})])
+def test_jaxmarl_families_render_through_their_own_visualisers(name, kwargs):
+    env = jaxpo.envs.make(name, **kwargs)
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    first = env.render(state)
+    assert first.dtype == np.uint8 and first.ndim == 3 and first.shape[2] == 3 and first.std() > 10  # a picture
+    move = (lambda t: np.full((env.num_agents, 2), 0.8, np.float32)) if env.continuous else \
+        (lambda t: np.asarray(jax.random.randint(jax.random.PRNGKey(t), (env.num_agents,), 0, 4)))
+    for t in range(8):  # SMAX: moves (actions 0-3), Overcooked: moves and stays, JaxNav: drive ahead
+        state, _ = env.step(jax.random.PRNGKey(t), state, move(t))
+    assert first.shape == env.render(state).shape and not np.array_equal(first, env.render(state))
+
+
+def test_mabrax_has_no_headless_visualiser():
+    with pytest.raises(ValueError, match="cannot render here: JaxMARL's visualisers are wired in for MPE, SMAX"):
+        jaxpo.envs.make("hopper_3x1").render(None)
+
+
 def test_bad_eval_and_render_input(trained_run, tmp_path, capsys):
     _, run_dir = trained_run
     assert cli.main(["eval", run_dir, "--run", "7"]) == 2

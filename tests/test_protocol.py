@@ -389,7 +389,21 @@ REFERENCE = {  # file -> values its source sets (JaxMARL / Mava), checked after 
     "jaxmarl_ippo_ff_mpe.yaml": dict(env="MPE_simple_spread_v3", num_envs=16, num_steps=128, hidden=(64, 64),
                                      activation="tanh", recurrent=False, agent_ids=False, anneal_lr=True, lr=0.00025),
     "jaxmarl_ippo_ff_overcooked.yaml": dict(env="overcooked", num_envs=16, num_steps=128, hidden=(64, 64),
-                                            activation="tanh", anneal_lr=True, lr=0.00025, lr_horizon=2441),
+                                            activation="tanh", encoder="mlp", anneal_lr=True, lr=0.00025,
+                                            lr_horizon=2441),
+    "jaxmarl_ippo_cnn_overcooked.yaml": dict(env="overcooked", num_envs=64, num_steps=256, num_minibatches=16,
+                                             hidden=(64, 64), activation="relu", encoder="cnn",
+                                             conv_features=(32, 32, 32), conv_kernels=(5, 3, 3), shared_trunk=True,
+                                             agent_ids=False, anneal_lr=True, lr=0.0005, steps=305 * 16384),
+    "jaxmarl_ippo_rnn_overcooked_v2.yaml": dict(env="overcooked_v2", num_envs=256, num_steps=256,
+                                                num_minibatches=64, hidden=(128, 128), activation="relu",
+                                                encoder="cnn", conv_features=(128, 128, 8, 16, 32, 32),
+                                                conv_kernels=(1, 1, 1, 3, 3, 3), recurrent=True, shared_trunk=True,
+                                                agent_ids=False, anneal_lr=True, lr=0.00025, max_grad_norm=0.5,
+                                                steps=457 * 65536),
+    "jaxmarl_ippo_ff_mabrax.yaml": dict(env="ant_4x2", num_envs=64, num_steps=300, hidden=(64, 64),
+                                        activation="tanh", shared_trunk=False, agent_ids=False, anneal_lr=True,
+                                        lr=0.001, vf_coef=4.5, ent_coef=2e-6, max_grad_norm=2.0, steps=520 * 19200),
     "jaxmarl_ippo_ff_hanabi.yaml": dict(env="hanabi", num_envs=1024, num_steps=128, hidden=(512, 512),
                                         activation="relu", shared_trunk=True, agent_ids=False, anneal_lr=False,
                                         lr=0.0005, ent_coef=0.01),
@@ -397,6 +411,13 @@ REFERENCE = {  # file -> values its source sets (JaxMARL / Mava), checked after 
                                     eval_every=20480, eval_episodes=32, eval_greedy=False, absolute_episodes=320),
     "mava_rec_mappo_smax.yaml": dict(env="HeuristicEnemySMAX", recurrent=True, critic_input="global",
                                      eval_every=20480, eval_episodes=32, eval_greedy=False),
+}
+OVERCOOKED_KWARGS = {
+    "jaxmarl_ippo_ff_overcooked.yaml": {"layout": "coord_ring", "shaped_reward": 1.0},
+    "jaxmarl_ippo_cnn_overcooked.yaml": {"layout": "counter_circuit", "shaped_reward": 1.0},
+    "jaxmarl_ippo_rnn_overcooked_v2.yaml": {"layout": "grounded_coord_simple", "agent_view_size": 2,
+                                            "negative_rewards": True, "sample_recipe_on_delivery": True,
+                                            "random_agent_positions": True, "shaped_reward": 1.0},
 }
 
 
@@ -414,8 +435,8 @@ def test_each_reference_config_plans_with_its_sources_values(name, tmp_path):
     if experiment.config.env == "HeuristicEnemySMAX":  # JaxMARL's SMAX settings in every SMAX file
         assert dict(experiment.config.env_kwargs) == {"scenario": "2s3z", "see_enemy_actions": True,
                                                       "walls_cause_death": True, "attack_mode": "closest"}
-    if experiment.config.env == "overcooked":
-        assert dict(experiment.config.env_kwargs) == {"layout": "coord_ring", "shaped_reward": 1.0}
+    if name in OVERCOOKED_KWARGS:
+        assert dict(experiment.config.env_kwargs) == OVERCOOKED_KWARGS[name]
     (program,) = plan(path, run={"out": str(tmp_path)}).programs  # every setting checked, nothing compiled
     assert program.config == experiment.config.__class__(**{**vars(experiment.config),
                                                             "updates_per_chunk": program.config.updates_per_chunk})
