@@ -102,6 +102,10 @@ SUPPORTED_JAXMARL: tuple[str, ...] = (
     *MABRAX,
 )
 
+# SMAX against enemies played by a given policy (jaxmarl's LearnedPolicyEnemySMAX): from_name
+# accepts it with policy= and params=, so it is not among the names listed with defaults.
+LEARNED_ENEMY_SMAX = "LearnedPolicyEnemySMAX"
+
 # JaxMARL names that are not one cooperative team (teams with opposed rewards): refused by name.
 COMPETITIVE_JAXMARL: tuple[str, ...] = (
     "MPE_simple_tag_v3", "MPE_simple_world_comm_v3", "MPE_simple_crypto_v3", "MPE_simple_push_v3",
@@ -375,7 +379,9 @@ class JaxMARLAdapter(Env):
         """Builds ``jaxmarl.make(name, **kwargs)`` and wraps it.
 
         Args:
-            name: one of ``SUPPORTED_JAXMARL``.
+            name: one of ``SUPPORTED_JAXMARL``, or ``LEARNED_ENEMY_SMAX`` with ``policy=``
+                (a flax module whose ``apply(params, enemy_obs)`` returns ``(distribution,
+                value)``) and ``params=``, which play SMAX's enemies.
             **kwargs: the JaxMARL constructor's keyword arguments (e.g.
                 ``local_ratio=0.5``, ``max_steps=50``, ``action_type="Continuous"``;
                 for SMAX ``scenario=`` a JaxMARL ``Scenario`` or a map name such as
@@ -393,7 +399,11 @@ class JaxMARLAdapter(Env):
                 f"JaxMARL env {name!r} is not a cooperative task (its teams' rewards are opposed); "
                 f"jaxpo trains one cooperative team. Cooperative JaxMARL envs: {', '.join(SUPPORTED_JAXMARL)}"
             )
-        if name not in SUPPORTED_JAXMARL:
+        if name == LEARNED_ENEMY_SMAX and not {"policy", "params"} <= set(kwargs):
+            raise ValueError(f"{name} plays the enemies with a learned policy: pass policy= (a flax module whose "
+                             "apply(params, enemy_obs [enemies, O]) returns (distribution, value)) and params= "
+                             "(from Python: a policy is code), or use HeuristicEnemySMAX")
+        if name not in SUPPORTED_JAXMARL and name != LEARNED_ENEMY_SMAX:
             raise ValueError(
                 f"unknown JaxMARL env name {name!r}; supported: {', '.join(SUPPORTED_JAXMARL)} "
                 "(other discrete JaxMARL envs can be wrapped as JaxMARLAdapter(jaxmarl.make(name)))"
@@ -681,4 +691,4 @@ class JaxMARLAdapter(Env):
         )
 
 
-__all__ = ["COMPETITIVE_JAXMARL", "JaxMARLAdapter", "MABRAX", "SUPPORTED_JAXMARL"]
+__all__ = ["COMPETITIVE_JAXMARL", "JaxMARLAdapter", "LEARNED_ENEMY_SMAX", "MABRAX", "SUPPORTED_JAXMARL"]

@@ -284,6 +284,39 @@ def test_smacv2_maps_draw_units_and_positions_at_each_reset():
 # -- names refused ---------------------------------------------------------------------
 
 
+def test_learned_policy_enemies_play_smax_with_the_given_policy():
+    """LearnedPolicyEnemySMAX: the enemies act by the given flax policy. One that always
+    stops (SMAX's action 4) never attacks, so idle allies keep full health for 40 steps;
+    JaxMARL's heuristic enemies, from the same start, wound them."""
+    import distrax
+    import flax.linen as nn
+
+    class Idle(nn.Module):  # (distribution, value) from enemy observations [enemies, O]
+        @nn.compact
+        def __call__(self, obs):
+            logits = jnp.zeros(obs.shape[:-1] + (8,)).at[..., 4].set(50.0) + 0.0 * nn.Dense(8)(obs)
+            return distrax.Categorical(logits=logits), jnp.zeros(obs.shape[:-1])
+
+    with pytest.raises(ValueError, match="pass policy= \\(a flax module"):
+        jaxpo.envs.make("LearnedPolicyEnemySMAX", scenario="3m")
+    heuristic = jaxpo.envs.make("HeuristicEnemySMAX", scenario="3m")
+    params = Idle().init(jax.random.PRNGKey(0), jnp.zeros((3, heuristic.obs_dim)))
+    learned = jaxpo.envs.make("LearnedPolicyEnemySMAX", scenario="3m", policy=Idle(), params=params)
+    assert (learned.num_agents, learned.num_actions, learned.max_steps) == (3, 8, 101)
+
+    def ally_health(env):
+        def step(state, key):
+            state, _ = env.step(key, state, jnp.full((3,), 4, jnp.int32))  # allies stop
+            return state, state.state.unit_health[:3]
+        state, _ = env.reset(jax.random.PRNGKey(0))
+        return np.asarray(jax.jit(lambda s: jax.lax.scan(step, s, jax.random.split(jax.random.PRNGKey(1), 40)))(
+            state)[1])
+
+    untouched, wounded = ally_health(learned), ally_health(heuristic)
+    np.testing.assert_array_equal(untouched, np.broadcast_to(untouched[0], untouched.shape))
+    assert wounded[-1].sum() < wounded[0].sum()
+
+
 @pytest.mark.parametrize("name", ["SMAX", "MPE_simple_tag_v3", "coin_game"])
 def test_competitive_names_are_refused_as_not_cooperative(name):
     assert name in COMPETITIVE_JAXMARL
