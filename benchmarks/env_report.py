@@ -1,9 +1,11 @@
-"""Report on jaxpo's own environments: env-only throughput and policy returns.
+"""Report on jaxpo's own environments (env-only throughput and policy returns) and on
+one task of every cooperative JaxMARL family (env-only and training throughput).
 
 Run:  python benchmarks/env_report.py [--envs public_goods traffic_grid wireless]
       [--seeds 2] [--updates U] [--skip-train] [--skip-throughput]
+      python benchmarks/env_report.py --families [NAME ...]   (default: every family)
 
-Prints JSON lines on stdout (notes and progress on stderr), two kinds:
+Prints JSON lines on stdout (notes and progress on stderr), three kinds:
 
 ``kind: "env_throughput"`` — one line per environment and size ("small": public_goods
     ring N=8, traffic_grid 4×4, wireless 16 users; "large": N = 1024 each — ring 1024,
@@ -28,6 +30,13 @@ Prints JSON lines on stdout (notes and progress on stderr), two kinds:
     of updates) per seed and its mean, and ``initial`` (first-update return of the
     untrained policy) per seed. The line also holds the Config fields that matter,
     env_steps_per_run, train_s (incl. compile_s).
+
+``kind: "family_throughput"`` — with ``--families``, one line per JaxMARL family's task
+    (``FAMILIES``): ``env`` as above (uniform random actions: discrete over the legal
+    moves, continuous uniform in [−1, 1] and clipped to the Box), and ``train``: one seed
+    of ``jaxpo.train`` at the family's CI-sized Config for ``updates`` train steps,
+    ``env_steps_per_s`` after compile (the updates after the first chunk over their
+    seconds) and ``compile_s`` (the first chunk, compile included).
 """
 
 from __future__ import annotations
@@ -70,6 +79,27 @@ TRAIN = {
 }
 
 
+# One task per cooperative JaxMARL family: its env kwargs and the CI-sized training of its
+# learning test (tests/test_jaxmarl_*.py), so the training rate is that of a tested program.
+FAMILIES = {
+    "MPE_simple_spread_v3": dict(env_kwargs={}, train=dict(num_envs=32, num_steps=26, hidden=(64, 64))),
+    "MPE_simple_facmac_3a_v1": dict(env_kwargs={}, train=dict(num_envs=32, num_steps=26, hidden=(64, 64))),
+    "HeuristicEnemySMAX": dict(env_kwargs=dict(scenario="3m"), train=dict(num_envs=32, num_steps=32, hidden=(64, 64))),
+    "switch_riddle": dict(env_kwargs={}, train=dict(num_envs=32, num_steps=16, hidden=(32, 32), recurrent=True,
+                                                    seq_len=8)),
+    "hanabi": dict(env_kwargs={}, train=dict(num_envs=32, num_steps=64, hidden=(128, 128))),
+    "overcooked": dict(env_kwargs=dict(layout="cramped_room", shaped_reward=1.0),
+                       train=dict(num_envs=32, num_steps=100, hidden=(64, 64), conv_features=(16, 16),
+                                  conv_kernels=(3, 3))),
+    "overcooked_v2": dict(env_kwargs=dict(layout="cramped_room", shaped_reward=1.0),
+                          train=dict(num_envs=32, num_steps=100, hidden=(64, 64), conv_features=(16, 16),
+                                     conv_kernels=(3, 3))),
+    "jaxnav": dict(env_kwargs=dict(max_steps=60), train=dict(num_envs=32, num_steps=60, hidden=(64, 64))),
+    "hopper_3x1": dict(env_kwargs=dict(episode_length=100), train=dict(num_envs=32, num_steps=50, hidden=(64, 64))),
+    "ant_4x2": dict(env_kwargs={}, train=dict(num_envs=32, num_steps=50, hidden=(64, 64))),
+}
+
+
 def note(*args) -> None:
     print("[env_report]", *args, file=sys.stderr, flush=True)
 
@@ -98,7 +128,10 @@ def env_rate(env: envs.AutoReset, num_envs: int, num_steps: int, min_seconds: fl
     def step(carry, key):
         state, ts, total = carry
         key_act, key_env = jax.random.split(key)
-        actions = uniform_policy(None, None, ts.action_mask).sample(seed=key_act).astype(jnp.int32)  # [E, N]
+        if env.continuous:  # [E, N, A], clipped to the Box by the env
+            actions = jax.random.uniform(key_act, ts.action_mask.shape, minval=-1.0, maxval=1.0)
+        else:  # [E, N]
+            actions = uniform_policy(None, None, ts.action_mask).sample(seed=key_act).astype(jnp.int32)
         state, ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state, actions)
         return (state, ts, total + ts.reward.sum()), None
 
@@ -223,6 +256,35 @@ def trained_returns(env_name: str, env_kwargs: dict, seeds: list[int], updates: 
     return policies, info
 
 
+def train_rate(name: str, updates: int) -> dict:
+    """One seed of ``jaxpo.train`` at ``FAMILIES[name]``'s Config: env steps/s after the
+    first chunk (which holds the compile), and that chunk's seconds."""
+    family = FAMILIES[name]
+    config = jaxpo.Config(env=name, env_kwargs=family["env_kwargs"], updates_per_chunk=updates // 4,
+                          **family["train"])
+    env = config.make_env()
+    hyper, seeds, _ = jaxpo.runs(jaxpo.make_support("ippo", env.num_agents), seeds=[0])
+    result = jaxpo.train(config, hyper, seeds, num_updates=updates, progress=False)
+    timed_steps = (updates - config.updates_per_chunk) * config.num_envs * config.num_steps
+    return dict(config={k: list(v) if isinstance(v, tuple) else v for k, v in family["train"].items()},
+                updates=updates, compile_s=round(result.compile_seconds, 2),
+                env_steps_per_s=round(timed_steps / (result.seconds - result.compile_seconds), 1))
+
+
+def family_report(names: list[str], updates: int, num_envs: int, num_steps: int, min_seconds: float,
+                  common: dict, out) -> None:
+    """A ``family_throughput`` line per name (see the module docstring)."""
+    for name in names:
+        t0 = time.perf_counter()
+        note(f"{name}: env throughput (E={num_envs}, T={num_steps}) and training ({updates} updates)")
+        env = envs.AutoReset(envs.make(name, **FAMILIES[name]["env_kwargs"]))
+        record = dict(kind="family_throughput", env=name, env_kwargs=FAMILIES[name]["env_kwargs"],
+                      num_agents=env.num_agents, continuous=env.continuous,
+                      env_only=env_rate(env, num_envs, num_steps, min_seconds), train=train_rate(name, updates),
+                      seconds=round(time.perf_counter() - t0, 2), **common)
+        print(json.dumps(record), file=out, flush=True)
+
+
 # ---------------------------------------------------------------- driver
 
 
@@ -244,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-seconds", type=float, default=1.0, help="minimum timed seconds per throughput line")
     p.add_argument("--eval-envs", type=int, default=32, help="environments for the random/reference returns")
     p.add_argument("--eval-episodes", type=int, default=2, help="episodes per environment for those")
+    p.add_argument("--families", nargs="*", choices=list(FAMILIES), default=None, metavar="NAME",
+                   help=f"JaxMARL families' throughput instead (no names: all of {', '.join(FAMILIES)})")
+    p.add_argument("--family-updates", type=int, default=8, help="train steps per family (a multiple of 4)")
     return p
 
 
@@ -256,6 +321,12 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     real_stdout, sys.stdout = sys.stdout, sys.stderr  # library prints must not corrupt the JSON stream
     try:
+        if args.families is not None:
+            if args.family_updates < 8 or args.family_updates % 4:
+                raise SystemExit("--family-updates must be a multiple of 4, at least 8")
+            family_report(args.families or list(FAMILIES), args.family_updates, args.num_envs[0], args.num_steps,
+                          args.min_seconds, common, real_stdout)
+            return 0
         for name in args.envs:
             if not args.skip_throughput:
                 for size, num_envs in zip(("small", "large"), args.num_envs):
