@@ -81,7 +81,7 @@ from .base import Env, TimeStep
 # Multi-Agent Brax: continuous control of one body's joints, needs brax (the ``mabrax`` extra).
 MABRAX: tuple[str, ...] = ("ant_4x2", "halfcheetah_6x1", "hopper_3x1", "humanoid_9|8", "walker2d_2x3")
 
-# JaxMARL names verified by tests/test_jaxmarl_adapter.py and test_jaxmarl_families.py: the cooperative tasks (one team
+# JaxMARL names verified by tests/test_jaxmarl_{adapter,families,control}.py: the cooperative tasks (one team
 # of learners with a common goal). MPE with action_type "Discrete" or "Continuous" (FACMAC's
 # are continuous only), SMAX with any scenario, SMACv2's random-unit maps included.
 SUPPORTED_JAXMARL: tuple[str, ...] = (
