@@ -16,37 +16,20 @@ from jaxpo.envs import jaxmarl_adapter
 from jaxpo.envs.jaxmarl_adapter import MABRAX
 
 
-def rollout(env, num_envs, num_steps, act, seed=0):
-    """A jitted, auto-reset rollout of ``env`` with actions ``act(key) -> [N, A]``: per
-    step, the JaxMARL state before it, the actions and the TimeStep, stacked ``[T, E, ...]``."""
-    auto = AutoReset(env)
+def play(env, num_envs, num_steps, act, seed=0):
+    """A jitted rollout of ``env`` (an ``AutoReset`` one starts new episodes, a bare one
+    runs on past its end) with actions ``act(key) -> [N, A]``: per step, the JaxMARL state
+    before it, the actions, the state after it and the TimeStep, stacked ``[T, E, ...]``."""
 
     def step(state, key):
         k_act, k_step = jax.random.split(key)
         actions = act(k_act)
-        new, ts = auto.step(k_step, state, actions)
-        return new, (state, actions, ts)
-
-    def run(key):
-        state, _ = auto.reset(key)
-        return jax.lax.scan(step, state, jax.random.split(jax.random.fold_in(key, 1), num_steps))[1]
-
-    return jax.jit(jax.vmap(run, out_axes=1))(jax.random.split(jax.random.PRNGKey(seed), num_envs))
-
-
-def episodes(env, num_envs, act, seed=0):
-    """One episode per env, ``env.max_steps`` steps without reset (after its end an
-    episode's steps are ignored) with actions ``act(key) -> [N, A]``: the JaxMARL state
-    after each step and the TimeStep, stacked ``[T, E, ...]``."""
-
-    def step(state, key):
-        k_act, k_step = jax.random.split(key)
-        new, ts = env.step(k_step, state, act(k_act))
-        return new, (new, ts)
+        new, ts = env.step(k_step, state, actions)
+        return new, (state, actions, new, ts)
 
     def run(key):
         state, _ = env.reset(key)
-        return jax.lax.scan(step, state, jax.random.split(jax.random.fold_in(key, 1), env.max_steps))[1]
+        return jax.lax.scan(step, state, jax.random.split(jax.random.fold_in(key, 1), num_steps))[1]
 
     return jax.jit(jax.vmap(run, out_axes=1))(jax.random.split(jax.random.PRNGKey(seed), num_envs))
 
@@ -86,7 +69,7 @@ def test_jaxnav_random_episodes_end_as_its_rules_say(nav):
     termination exactly when every robot is at its goal or has crashed (JaxNav's own
     flags after the step), else a truncation at the 60th step; both kinds occur."""
     act = lambda key: jax.random.uniform(key, (2, 2), minval=-1.0, maxval=1.0)
-    after, ts = episodes(nav, 64, act)
+    _, _, after, ts = play(nav, 64, nav.max_steps, act)  # one episode per env, steps after its end ignored
     done, terminated, truncated = (np.asarray(x) for x in (ts.done, ts.terminated, ts.truncated))
     first = done & (np.cumsum(done, axis=0) == 1)  # [T, E]: each episode's end
     assert np.all(first.sum(0) == 1)  # every episode ends within 60 steps
@@ -160,7 +143,7 @@ def test_mabrax_a_fall_terminates_and_the_time_limit_truncates(hopper):
     """brax's rule: the hopper is unhealthy (fell) -> a termination; 40 steps upright ->
     a truncation (brax's ``info["truncation"]``); a fall on the 40th step terminates."""
     flail = lambda key: jax.random.uniform(key, (3, 1), minval=-1.0, maxval=1.0)
-    before, actions, ts = rollout(hopper, 16, 200, flail)
+    before, actions, _, ts = play(AutoReset(hopper), 16, 200, flail)
     steps = np.asarray(before.info["steps"]).astype(int) + 1  # brax's step count after the step
     done, terminated, truncated = (np.asarray(x) for x in (ts.done, ts.terminated, ts.truncated))
     assert np.all(steps <= 40) and np.all(steps[truncated] == 40)
