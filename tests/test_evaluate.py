@@ -98,7 +98,8 @@ def test_jaxmarl_families_render_through_their_own_visualisers(name, kwargs):
         (lambda t: np.asarray(jax.random.randint(jax.random.PRNGKey(t), (env.num_agents,), 0, 4)))
     for t in range(8):  # SMAX: moves (actions 0-3), Overcooked: moves and stays, JaxNav: drive ahead
         state, _ = env.step(jax.random.PRNGKey(t), state, move(t))
-    assert first.shape == env.render(state).shape and not np.array_equal(first, env.render(state))
+    last = env.render(state)
+    assert first.shape == last.shape and not np.array_equal(first, last)
 
 
 def test_mabrax_has_no_headless_visualiser():
