@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxpo.core import networks
 from jaxpo.core.networks import ActorCritic
 
 N, O, A, C = 3, 5, 4, 7
@@ -90,3 +91,34 @@ def test_orthogonal_init(shape):
     gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
     np.testing.assert_allclose(gram, 4.0 * np.eye(small), atol=2e-5)
     assert not np.allclose(w, np.asarray(orthogonal(2.0)(jax.random.PRNGKey(1), shape)))
+
+
+@pytest.mark.parametrize("batch", [(6,), (2, 3)])
+def test_the_gru_scans_written_out_gradient_equals_autodiff_of_the_scan(batch):
+    """``gru_scan``'s hand-written backward pass (weight gradient after the loop) against
+    autodiff of the same forward scan, every input and both outputs (the last state and
+    the sequence), with episode starts (``first``) inside the sequence and at step 0."""
+    length, hidden = 9, 5
+    keys = jax.random.split(jax.random.PRNGKey(3), 7)
+    w_h = jax.random.normal(keys[0], (hidden, 3 * hidden)) * 0.5
+    b_h = jax.random.normal(keys[1], (3 * hidden,))
+    h0 = jax.random.normal(keys[2], (*batch, hidden))
+    x_proj = jax.random.normal(keys[3], (length, *batch, 3 * hidden))
+    first = (jax.random.uniform(keys[4], (length, *batch)) < 0.25).at[0].set(jnp.arange(batch[-1]) % 2 == 0)
+    w_last, w_seq = jax.random.normal(keys[5], (*batch, hidden)), jax.random.normal(keys[6], (length, *batch, hidden))
+    assert first.any() and not first.all()
+
+    def loss(scan):
+        def f(*args):
+            h_last, hs = scan(*args, first)
+            return jnp.sum(h_last * w_last) + jnp.sum(jnp.tanh(hs) * w_seq)
+        return jax.value_and_grad(f, argnums=(0, 1, 2, 3))
+
+    autodiff = lambda *args: networks._gru_scan_fwd(*args)[0]
+    (value, grads), (ref_value, ref_grads) = (loss(s)(w_h, b_h, h0, x_proj) for s in (networks.gru_scan, autodiff))
+    np.testing.assert_allclose(value, ref_value, rtol=1e-5)  # the same forward pass (fused differently)
+    for name, g, ref in zip(("w_h", "b_h", "h0", "x_proj"), grads, ref_grads):
+        np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-6, err_msg=name)
+    # Where an episode starts at step 0, nothing flows back into h0.
+    starts = np.asarray(first[0])
+    assert np.all(np.asarray(grads[2])[starts] == 0) and np.all(np.abs(np.asarray(grads[2])[~starts]) > 0)
