@@ -252,8 +252,8 @@ class Learner:
         of L consecutive steps (L = 1 feed-forward), all N agents of a step together in
         one sample. ``sequences`` keeps only the transition fields the loss reads, and of
         the hidden states only each sequence's first (``carry [S, 1, N, H]``, what a
-        sequence is replayed from: gathering all L of them took the SMAX reference's
-        update from 2.91 to 3.09 s); advantages are aggregated and normalised."""
+        sequence is replayed from; gathering all L of them made the SMAX reference's
+        update 3.09 s instead of 2.91 s); advantages are aggregated and normalised."""
         advantages, targets = self.advantages(state, traj, hyper)
         loss_inputs = traj.replace(
             reward=None, terminated=None, truncated=None, final_value=None,
