@@ -75,25 +75,6 @@ def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
     return (x.reshape(-1, x.shape[-1]) @ kernel).reshape(*x.shape[:-1], kernel.shape[-1])
 
 
-class IdDense(nn.Module):
-    """``nn.Dense`` on ``[x, one_hot(agent)]`` without building the one-hot:
-    ``x [..., N, D] -> [..., N, features]`` as ``x @ kernel[:D] + kernel[D:] + bias``
-    (row i of ``kernel[D:]`` is agent i's id weights). The same parameters, and
-    initial values, as the Dense on the concatenation, at O(D) instead of O(D + N)
-    work per agent: what keeps shared networks' cost per agent flat in N."""
-
-    features: int
-    num_ids: int
-    kernel_init: Callable[..., jax.Array]
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        d = x.shape[-1]
-        kernel = self.param("kernel", self.kernel_init, (d + self.num_ids, self.features))
-        bias = self.param("bias", nn.initializers.zeros, (self.features,))
-        return matmul(x, kernel[:d]) + kernel[d:] + bias
-
-
 class _Weights(nn.Module):
     """The kernel ``[in, features]`` (and bias) of a Dense layer, returned rather than
     applied: the same names, shapes and initial values as ``nn.Dense``."""
@@ -112,16 +93,24 @@ class _Weights(nn.Module):
 
 class Dense(nn.Module):
     """``nn.Dense`` (the same parameters and initial values), its product through
-    ``matmul``: ``x [..., D] -> [..., features]``."""
+    ``matmul``: ``x [..., D] -> [..., features]``.
+
+    With ``num_ids`` N > 0 it is the Dense on ``[x, one_hot(agent)]`` for inputs
+    ``[..., N, D]``, without building the one-hot: ``x @ kernel[:D] + kernel[D:] + bias``
+    (row i of ``kernel[D:]`` is agent i's id weights), at O(D) instead of O(D + N) work
+    per agent: what keeps shared networks' cost per agent flat in N."""
 
     features: int
     kernel_init: Callable[..., jax.Array]
+    num_ids: int = 0
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features))
+        d = x.shape[-1]
+        kernel = self.param("kernel", self.kernel_init, (d + self.num_ids, self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
-        return matmul(x, kernel) + bias
+        y = matmul(x, kernel[:d])
+        return (y + kernel[d:] if self.num_ids else y) + bias
 
 
 class Conv(nn.Module):
@@ -154,7 +143,7 @@ class MLP(nn.Module):
     With ``log_std`` the output is ``[..., 2 * out_dim]``: the head's output (a
     Gaussian mean) followed by a learned, state-independent log-std (init 0). With
     ``num_ids`` N > 0 the input is ``[..., N, D]`` and each agent's one-hot id is an
-    implicit extra input of the first layer (``IdDense``). Layers are named
+    implicit extra input of the first layer (``Dense``'s ``num_ids``). Layers are named
     ``Dense_0``, ``Dense_1``, … in order.
 
     With ``value_head`` the network is an actor-critic on one trunk (JaxMARL IPPO's
@@ -191,9 +180,8 @@ class MLP(nn.Module):
 
     def dense(self, index: int, features: int, scale: float, prefix: str = "") -> nn.Module:
         """Layer ``index`` of a branch (0 = the input layer, which sees the agent ids)."""
-        if index == 0 and self.num_ids:
-            return IdDense(features, self.num_ids, orthogonal(scale), name="Dense_0")
-        return Dense(features, orthogonal(scale), name=f"{prefix}Dense_{index}")
+        ids = self.num_ids if index == 0 else 0
+        return Dense(features, orthogonal(scale), ids, name=f"{prefix}Dense_{index}")
 
     def layers(self, x: jax.Array, start: int, stop: int | None = None, prefix: str = "") -> jax.Array:
         """Hidden layers ``start`` … ``stop - 1`` (default: to the last) of a branch."""
