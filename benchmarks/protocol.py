@@ -85,8 +85,19 @@ def run_task(args, suite: str, task: str, method: str, hooks=()) -> str:
         sections = task_sections(suite, task, method)
         for section, values in args.set.items():  # e.g. CI-sized networks
             sections[section] = {**sections.get(section, {}), **values}
+        sections["config"].setdefault("updates_per_chunk", eval_chunk(suite, method, sections, run["eval_every"]))
         sweep(config_path(suite, method), log=print, hooks=hooks, run={**run, **sections.pop("run", {})}, **sections)
     return run_dir
+
+
+def eval_chunk(suite: str, method: str, sections: dict, eval_every: int) -> int:
+    """Updates per chunk that put an evaluation every ``eval_every`` env steps: the hook runs
+    between chunks, and the reference configs' 10-update chunks (163,840 steps on SMAX)
+    would evaluate a 10M-step run 62 times, not Mava's 200."""
+    from jaxpo.experiments.experiment import load_yaml
+
+    config = load_yaml(config_path(suite, method)).replace(**sections).config
+    return max(1, eval_every // config.steps_per_update)
 
 
 def parse_set(text: str) -> tuple[str, str, str]:

@@ -2,8 +2,14 @@
 # The benchmark protocol (benchmarks/protocol.py) on a GPU, one prepared script. The device
 # image lacks jaxmarl and distrax: their wheels are expected in .whl/ (../shared/tools/device-wheels.sh):
 #   run(command="bash benchmarks/protocol_device.sh", carry=[".whl", "benchmarks/results/protocol-gpu"], timeout_s=590)
-# The suite is resumable: the run directories come back under $OUT/protocol-gpu; put them at
-# benchmarks/results/protocol-gpu (carried in) and the next call continues where this one stopped.
+# The image also lacks what the run layer's reports import; fetch those wheels too:
+#   ../shared/tools/device-wheels.sh rliable==1.0.8 "arch<8" "pandas<3" pytz tzdata tensorboardX
+# The suite is resumable: its directory comes back as an archive in 15 MiB parts,
+# $OUT/protocol-gpu.tar.gz.part-aa, -ab, ... (the device returns at most 8 files of 16 MiB):
+# only what resuming needs travels (the latest checkpoint of an unfinished task; a finished
+# one is skipped on resume). Rejoin and unpack it at benchmarks/results/protocol-gpu (carried in)
+# and the next call continues where this one stopped:
+#   cat protocol-gpu.tar.gz.part-* | tar -xz      (in the repository root)
 # SUITE_ARGS overrides the slice (default: the full protocol, 10M steps x 10 seeds, SMAX first);
 # SUITE_SECONDS bounds the suite so the copy-out always happens.
 set -o pipefail
@@ -19,4 +25,12 @@ mkdir -p "$RESULTS"
 timeout "${SUITE_SECONDS:-500}" python3 benchmarks/protocol.py --out "$RESULTS" ${SUITE_ARGS:---suite all --steps 1e7 --seeds 10} \
   2>"$OUT/protocol.err" | tee "$OUT/protocol.jsonl"
 echo "suite exit $?" | tee -a "$OUT/info.txt"
-cp -r "$RESULTS" "$OUT/protocol-gpu"
+EXCLUDE=()
+for run in "$RESULTS"/*/checkpoints; do
+  if [ -e "$(dirname "$run")/summary.csv" ]; then EXCLUDE+=("--exclude=$run"); continue; fi
+  latest=$(ls "$run" | grep -E '^[0-9]+$' | sort -n | tail -1)
+  for step in $(ls "$run" | grep -E '^[0-9]+$'); do [ "$step" = "$latest" ] || EXCLUDE+=("--exclude=$run/$step"); done
+done
+tar -cz "${EXCLUDE[@]}" -f - "$RESULTS" | split -b 15m - "$OUT/protocol-gpu.tar.gz.part-"
+# the results alone (curves, tables, every run's csv files), should the archive exceed what comes back
+tar -czf "$OUT/protocol-gpu-results.tar.gz" --exclude=checkpoints --exclude='*.npz' "$RESULTS"

@@ -71,3 +71,14 @@ def test_bad_suite_arguments_are_refused(capsys):
     with pytest.raises(SystemExit):
         protocol.main(["--set", "num_envs=4"])
     assert "SECTION.FIELD=VALUE" in capsys.readouterr().err
+
+
+def test_chunks_are_sized_so_evaluations_keep_the_protocols_cadence():
+    # SMAX reference: 128 envs x 128 steps = 16,384 steps per update; 10M steps / 200 evaluations
+    # = 50,000 -> 3 updates per chunk (the config's own 10 would evaluate every 163,840 steps)
+    assert protocol.eval_chunk("smax", "ippo", protocol.task_sections("smax", "3s5z", "ippo"), 50_000) == 3
+    # MPE reference: 16 envs x 128 steps = 2,048 per update; an explicit --set wins over the rule
+    sections = protocol.task_sections("mpe", "simple_spread", "mappo")
+    assert protocol.eval_chunk("mpe", "mappo", sections, 50_000) == 24
+    assert protocol.eval_chunk("mpe", "mappo", {"config": {**sections["config"], "num_envs": "64"}}, 50_000) == 6
+    assert protocol.eval_chunk("mpe", "mappo", sections, 100) == 1  # never below one update
