@@ -169,22 +169,53 @@ class SweepSpec:
         random: name -> {loguniform: [low, high]} | {uniform: [low, high]} | {choice: [values]}.
         samples: random settings drawn (each crossed with the grid).
         sample_seed: seed of the random draws.
+        schedule: none (every run trains to the end) or pbt (population-based training:
+            every ``ready`` chunks the bottom ``fraction`` of each population copies a top
+            member's learner and explores its axes; every axis must be traced).
+        ready: PBT: chunks between exploit/explore steps.
+        fraction: PBT: the share of each population that is copied (bottom) and copied
+            from (top), in (0, 0.5].
+        perturb: PBT: factors a copied number axis is multiplied by (one drawn per axis).
+        resample: PBT: the probability that a copied axis is drawn afresh from its sweep
+            distribution instead (support axes: drawn, else kept).
+        population: PBT: all (the runs of the program rank together) or seed (each
+            seed's runs rank among themselves).
+        schedule_seed: seed of PBT's random choices (parents, perturbations, draws).
     """
 
     grid: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     random: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     samples: int = 0
     sample_seed: int = 0
+    schedule: Literal["none", "pbt"] = "none"
+    ready: int = 0
+    fraction: float = 0.25
+    perturb: tuple[float, ...] = (0.8, 1.25)
+    resample: float = 0.25
+    population: Literal["all", "seed"] = "all"
+    schedule_seed: int = 0
 
     def __post_init__(self):
         for field in ("grid", "random"):
             if not isinstance(getattr(self, field), Mapping):
                 raise ValueError(f"sweep.{field} must be a mapping of names to values, got {getattr(self, field)!r}")
             object.__setattr__(self, field, plain(dict(getattr(self, field))))  # lists, as a file holds them
-        for field in ("samples", "sample_seed"):
-            object.__setattr__(self, field, coerce(getattr(self, field), int, f"sweep.{field}"))
+        hints = type_hints(SweepSpec)
+        for field in ("samples", "sample_seed", "schedule", "ready", "fraction", "perturb", "resample", "population",
+                      "schedule_seed"):
+            object.__setattr__(self, field, coerce(getattr(self, field), hints[field], f"sweep.{field}"))
         if self.samples < 0:
             raise ValueError(f"sweep.samples must be >= 0, got {self.samples}")
+        if self.schedule == "pbt":
+            if self.ready < 1:
+                raise ValueError(f"sweep.schedule pbt needs sweep.ready >= 1 (chunks between PBT steps), got {self.ready}")
+            if not 0 < self.fraction <= 0.5:
+                raise ValueError(f"sweep.fraction must be in (0, 0.5] (the share of a population copied), "
+                                 f"got {self.fraction}")
+            if not self.perturb or min(self.perturb) <= 0:
+                raise ValueError(f"sweep.perturb must be a non-empty list of positive factors, got {list(self.perturb)}")
+            if not 0 <= self.resample <= 1:
+                raise ValueError(f"sweep.resample must be a probability in [0, 1], got {self.resample}")
 
     @property
     def axes(self) -> list[str]:

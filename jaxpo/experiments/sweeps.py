@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxpo.core.support import Support
 from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict
-from jaxpo.experiments.settings import Setting, settings, typed_spec
+from jaxpo.experiments.settings import Setting, settings, sweepable, typed_spec
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.compiled import Trainer, trainer
 from jaxpo.program.parallel import agree, describe, is_main_process, padded_size
@@ -36,6 +36,7 @@ from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_ste
 from jaxpo.run.guard import NanGuard
 from jaxpo.run.loggers import MetricsCSV, ProgressBar, RunLogger, make_loggers, parse_loggers
 from jaxpo.run.periodic_eval import Evaluator
+from jaxpo.run.population import Axis, Population, PopulationTable
 from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, run_summary, save_figure,
                               file_name, write_atomic, write_csv, write_text)
 
@@ -87,6 +88,7 @@ class Program:
     # The runs' traced values [R, ...], stacked once: every group then has the same
     # support form (dense, or neighbour lists of one width K), so they all share the program.
     hyper: Hyper | None = None
+    population: Population | None = None  # sweep.schedule pbt: its exploit/explore and lineage
 
     @property
     def env_steps(self) -> np.ndarray:
@@ -136,8 +138,65 @@ def _plan(experiment: Experiment) -> list[Program]:
             program.settings.append(setting)
             run_id += 1
     for program in programs.values():
-        program.hyper = Hyper.stack([s.hyper for s in program.settings])
+        if experiment.sweep.schedule == "pbt":
+            program.hyper, program.population = _population(experiment, program)
+        else:
+            program.hyper = Hyper.stack([s.hyper for s in program.settings])
     return list(programs.values())
+
+
+def _pbt_axis(experiment: Experiment, name: str) -> Axis:
+    """The PBT axis of sweep axis ``name``: numbers move within their distribution's range
+    (a grid or choice: within its values), support fields are categories."""
+    spec = experiment.sweep
+    if sweepable()[name] == "config":
+        raise ValueError(f"sweep.schedule pbt: {name!r} is a static Config field (one compiled program per value), "
+                         f"and PBT steers the runs of one program; sweep traced names (hyperparameters, support) only")
+    dist = {"values": spec.grid[name]} if name in spec.grid else spec.random[name]
+    (kind, args), = dist.items()
+    if sweepable()[name] == "support":
+        return Axis(name, "category", tuple(args))
+    if kind == "choice":
+        kind = "values"
+    if kind == "values":
+        return Axis(name, kind, tuple(float(v) for v in args), field=name)
+    return Axis(name, kind, low=float(args[0]), high=float(args[1]), field=name)
+
+
+def _population(experiment: Experiment, program: Program) -> tuple[Hyper, Population]:
+    """A PBT program's stacked Hyper ``[R]`` and its ``Population``: the axes, each run's
+    starting codes, the populations and, for support axes, S_A / S_R of every combination
+    of their values (stacked with the runs' so both have one form)."""
+    spec = experiment.sweep
+    axes = tuple(_pbt_axis(experiment, name) for name in spec.axes)
+    support_axes = tuple(a for a, axis in enumerate(axes) if axis.kind == "category")
+    combos = []
+    env = program.config.make_env() if support_axes else None
+    for combo in itertools.product(*(axes[a].values for a in support_axes)):
+        values = {axes[a].name: v for a, v in zip(support_axes, combo)}
+        try:
+            combos.append(Hyper.create(experiment.replace(support=values).support.build(env)))
+        except ValueError as err:
+            raise ValueError(f"sweep.schedule pbt explores every combination of the support axes; "
+                             f"{values} is not a support: {err}") from None
+    num_runs = len(program.runs)
+    stacked = Hyper.stack([*(s.hyper for s in program.settings), *combos])
+    hyper = jax.tree.map(lambda x: x[:num_runs], stacked)
+    supports = jax.tree.map(lambda x: x[num_runs:], stacked) if combos else None
+
+    def code(axis: Axis, value: Any) -> float:
+        return float(axis.values.index(value)) if axis.kind == "category" else float(value)
+
+    codes = np.array([[code(axis, run.values[axis.name]) for axis in axes] for run in program.runs],
+                     np.float32).reshape(num_runs, len(axes))
+    populations = np.array([0 if spec.population == "all" else run.seed for run in program.runs], np.int32)
+    smallest = min(np.unique(populations, return_counts=True)[1])
+    if math.floor(smallest * spec.fraction) < 1:
+        raise ValueError(f"sweep.schedule pbt: a population of {smallest} runs (sweep.population {spec.population}) "
+                         f"times sweep.fraction {spec.fraction} copies no run; use more runs or a larger fraction")
+    table = PopulationTable(axes, populations, supports, support_axes, spec.fraction, tuple(spec.perturb),
+                            spec.resample)
+    return hyper, Population(table, codes, spec.ready, spec.schedule_seed)
 
 
 def _default_name(experiment: Experiment, programs: list[Program]) -> str:
@@ -220,8 +279,16 @@ def prepare(experiment: Experiment, programs: list[Program], *, resume: bool = F
     elif group_sizes is not None:
         sizes = list(group_sizes)
     else:
-        sizes = [group_size(trainer(p.config), len(p.runs), experiment.run.runs_per_group) for p in programs]
+        # a PBT population ranks in one program call: all its runs in one group
+        sizes = [group_size(trainer(p.config), len(p.runs),
+                            len(p.runs) if p.population is not None and experiment.run.runs_per_group is None
+                            else experiment.run.runs_per_group) for p in programs]
         sizes = agree(sizes)  # free memory differs between hosts
+    for program, size in zip(programs, sizes):
+        if program.population is not None and size < len(program.runs):
+            raise ValueError(f"sweep.schedule pbt ranks its {len(program.runs)} runs in one program call, but "
+                             f"run.runs_per_group is {experiment.run.runs_per_group}: leave it unset or make it "
+                             f">= {len(program.runs)}")
     offset = 0
     for program, size in zip(programs, sizes):
         program.group_size, program.offset = int(size), offset
@@ -304,7 +371,9 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
         evaluator = Evaluator(run.eval_every, run.eval_episodes, run.eval_greedy, run.absolute_episodes,
                               out_dir, [h for h in logs if isinstance(h, RunLogger) and h is not csv],
                               resume=plan_.resume is not None, write=writer and out_dir is not None)
-    guard = NanGuard(run.on_nan, log=log, diverged=plan_.resume.meta.get("diverged") if plan_.resume else None)
+    # PBT replaces a diverged member at its next step: never a sweep-ending error
+    on_nan = "mask" if experiment.sweep.schedule == "pbt" else run.on_nan
+    guard = NanGuard(on_nan, log=log, diverged=plan_.resume.meta.get("diverged") if plan_.resume else None)
     saver = None
     if run.checkpoint and out_dir is not None:
         meta = {"experiment": context, "described": plan_.described, "program_runs": [len(p.runs) for p in programs],
@@ -383,13 +452,25 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard
                 continue
         hyper = jax.tree.map(lambda x: x[lo:lo + size], program.hyper)
         seeds = np.array([r.seed for r in runs])
-        program.state, metrics, first = run_group(tr, hyper, seeds, group, hooks, pad_to=size, guard=guard)
+        if program.population is not None and out_dir is not None and is_main_process():
+            _write_lineage(program, out_dir)
+        program.state, metrics, first = run_group(tr, hyper, seeds, group, hooks, pad_to=size, guard=guard,
+                                                  population=program.population)
         if math.isnan(program.first_chunk_seconds):
             program.first_chunk_seconds = first
         parts.append(metrics)
     program.metrics = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     program.compiles = tr.compiles["chunk"] - compiles_before
     return index
+
+
+def _write_lineage(program: Program, out_dir: str) -> None:
+    """``lineage.csv`` now and after every PBT step (rewritten whole, atomically)."""
+    run_ids = [run.run_id for run in program.runs]
+    steps_per_chunk = program.config.updates_per_chunk * program.config.steps_per_update
+    path = os.path.join(out_dir, "lineage.csv")
+    program.population.on_step = lambda pop: write_csv(path, *pop.lineage_rows(run_ids, steps_per_chunk))
+    program.population.on_step(program.population)
 
 
 def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True, statistics: bool = True) -> None:

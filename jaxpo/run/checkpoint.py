@@ -10,6 +10,8 @@ number of chunks the whole plan has trained (group after group). It holds
              reserves the item name "metrics")
     meta     JSON: format, jaxpo version, which group and chunk, the run table, the
              resolved experiment (or config) and digests of the traced values
+    population  (PBT sweeps only) the lineage so far and the runs' current Hyper, as
+             they were before the step that follows this chunk (resume repeats it)
 
 Zero-size leaves (the feed-forward carry ``[R, E, N, 0]``) are not saved (orbax refuses
 them) and are rebuilt as zeros. orbax writes a step into a temporary directory and
@@ -117,7 +119,7 @@ def _manager(directory: str, keep: int, pinned: set[int] | None = None, read_onl
     options = ocp.CheckpointManagerOptions(create=not read_only, read_only=read_only, preservation_policy=policy,
                                            enable_async_checkpointing=True)
     handlers = {"state": ocp.StandardCheckpointHandler(), "history": ocp.StandardCheckpointHandler(),
-                "meta": ocp.JsonCheckpointHandler()}
+                "population": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
     return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
@@ -167,9 +169,13 @@ class Checkpointer(Hook):
                 "runs": [dataclasses.asdict(r) for r in group.runs],
                 "state_runs": int(jax.tree.leaves(event.state)[0].shape[0]), "pinned": sorted(self.pinned),
                 "leaves": {k: [list(v.shape), str(v.dtype)] for k, v in state.items()}}
+        items = {"state": state, "history": metrics}
+        if event.population is not None:  # a PBT sweep: its lineage and the runs' current Hyper
+            meta["population"] = True
+            items["population"] = dict(event.population)
         ocp = _ocp()
         self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), history=ocp.args.StandardSave(metrics),
+            **{name: ocp.args.StandardSave(item) for name, item in items.items()},
             meta=ocp.args.JsonSave(_plain(meta))), force=True)
         self.last_step = step
 
@@ -219,6 +225,7 @@ class Restored:
     meta: dict[str, Any]
     metrics: dict[str, np.ndarray]
     state: Any = None
+    population: dict[str, np.ndarray] | None = None  # a PBT sweep's lineage and Hyper
 
     @property
     def chunk(self) -> int:
@@ -275,6 +282,8 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
                 continue
             check_format(meta, run_dir)
             items = {"history": ocp.args.StandardRestore()}
+            if meta.get("population"):
+                items["population"] = ocp.args.StandardRestore()
             abstract = None
             if target is not None:
                 abstract = target(meta)
@@ -284,7 +293,8 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
                 out = manager.restore(s, args=ocp.args.Composite(**items))
             state = None if abstract is None else unflatten_state(out.state, abstract)
             metrics = {k: np.asarray(v, np.float64) for k, v in out.history.items()}
-            return Restored(s, meta, metrics, state)
+            population = {k: np.asarray(v) for k, v in out.population.items()} if "population" in items else None
+            return Restored(s, meta, metrics, state, population)
         except IncompatibleCheckpoint:
             raise
         except Exception as err:  # orbax/tensorstore report corrupt files in many types
@@ -389,4 +399,4 @@ def resume_group(group: Group, tr, run_dir: str, csv: MetricsCSV | None = None, 
         for c in range(found.chunk):
             csv.write(group, *chunk_updates(group.config, c),
                       {name: v[:, c * k:(c + 1) * k] for name, v in found.metrics.items()})
-    return dataclasses.replace(group, resumed=Resumed(found.chunk, found.state, found.metrics))
+    return dataclasses.replace(group, resumed=Resumed(found.chunk, found.state, found.metrics, found.population))

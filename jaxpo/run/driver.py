@@ -25,6 +25,7 @@ from jaxpo.program.learner import TrainState
 from jaxpo.program.parallel import gather, padded_size, put
 from jaxpo.run.events import ChunkEvent, Group, Hook, chunk_updates
 from jaxpo.run.guard import NanGuard
+from jaxpo.run.population import Population
 
 
 def pad_runs(tree: Any, size: int) -> Any:
@@ -39,14 +40,17 @@ def pad_runs(tree: Any, size: int) -> Any:
 
 
 def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks: Sequence[Hook] = (),
-              pad_to: int | None = None, guard: NanGuard | None = None) -> tuple[TrainState, dict[str, np.ndarray], float]:
+              pad_to: int | None = None, guard: NanGuard | None = None, population: Population | None = None
+              ) -> tuple[TrainState, dict[str, np.ndarray], float]:
     """Trains ``group`` (R runs: ``hyper`` ``[R, ...]``, ``seeds`` ``[R]``) for
     ``group.num_updates`` updates, calling ``hooks`` after every chunk.
 
     ``pad_to``: run the program compiled for that many runs (≥ R); either way the runs
     are padded to a multiple of ``tr.run_multiple`` (the devices they are split over).
     ``guard``: checks every chunk first (default: a stopping ``NanGuard``). A
-    ``group.resumed`` group starts from its state and chunk. Every process of a
+    ``group.resumed`` group starts from its state and chunk. ``population``: a PBT
+    sweep's, stepped after every ``population.ready`` chunks (``jaxpo.run.population``);
+    its lineage and the runs' Hyper go into every event. Every process of a
     multi-process run calls this with the same arguments. Returns the final batched
     state (padding included; global arrays), metrics name -> float64 ``[R, U]`` (on
     every process; diverged runs NaN from their divergence) and the seconds of the
@@ -67,6 +71,10 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
         state, chunks, done = tr.init_runs(keys, hyper), [], 0
     else:
         state, chunks, done = group.resumed.state, [group.resumed.metrics], group.resumed.chunk
+        if population is not None:
+            hyper = put(population.load(group.resumed.population, hyper), tr.run_sharding)
+            if done and population.due(done - 1, group.num_chunks):  # the step after the saved chunk
+                state, hyper = _population_step(tr, population, group, done - 1, state, hyper, chunks, guard)
     first_chunk_seconds = math.nan
     for i in range(done, group.num_chunks):
         state, metrics = tr.chunk_runs(state, hyper)
@@ -77,14 +85,28 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
         updates, env_steps = chunk_updates(tr.config, i)
         metrics, new = guard.check(group, updates, metrics, state.params)
         chunks.append(metrics)
-        event = ChunkEvent(group, i, updates, env_steps, metrics, state, seconds, dict(guard.diverged), new)
+        saved = population.saved(hyper) if population is not None else None
+        event = ChunkEvent(group, i, updates, env_steps, metrics, state, seconds, dict(guard.diverged), new, saved)
         if new:
             for hook in hooks:
                 hook.diverge(event)
             guard.report(event)
         for hook in hooks:
             hook.chunk(event)
+        if population is not None and population.due(i, group.num_chunks):
+            state, hyper = _population_step(tr, population, group, i, state, hyper, chunks, guard)
     for hook in hooks:
         hook.end(group, state)
     collected = {k: np.concatenate([c[k] for c in chunks], axis=1) for k in chunks[0]}
     return state, collected, first_chunk_seconds
+
+
+def _population_step(tr: Trainer, population: Population, group: Group, chunk: int, state: TrainState, hyper: Hyper,
+                     chunks: list[dict[str, np.ndarray]], guard: NanGuard) -> tuple[TrainState, Hyper]:
+    """PBT's exploit and explore after the group's chunk ``chunk``; runs that copied a
+    learner are no longer diverged."""
+    returns = np.concatenate([c[population.metric] for c in chunks], axis=1)
+    state, hyper, parents = population.step(tr, chunk, state, hyper, {population.metric: returns},
+                                            key_index=group.chunk_offset + chunk)
+    guard.revive(run.run_id for r, run in enumerate(group.runs) if parents[r] != r)
+    return state, hyper

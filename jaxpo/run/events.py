@@ -47,6 +47,7 @@ class Resumed:
     chunk: int
     state: Any
     metrics: dict[str, np.ndarray]
+    population: Mapping[str, np.ndarray] | None = None  # a PBT sweep's lineage and Hyper (``Population.saved``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +92,7 @@ class ChunkEvent:
     seconds: float
     diverged: Diverged = dataclasses.field(default_factory=dict)
     newly_diverged: tuple[int, ...] = ()
+    population: Mapping[str, np.ndarray] | None = None  # PBT: what a checkpoint keeps of it (before this chunk's step)
 
 
 class Hook:

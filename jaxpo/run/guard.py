@@ -87,6 +87,12 @@ class NanGuard:
                 values[r, from_k:] = np.nan
         return masked, tuple(new)
 
+    def revive(self, run_ids) -> None:
+        """Forgets the divergence of ``run_ids`` (PBT replaced their learners): their
+        metrics count again from the next chunk."""
+        for run_id in run_ids:
+            self.diverged.pop(int(run_id), None)
+
     def report(self, event: ChunkEvent) -> None:
         """After the hooks heard of ``event.newly_diverged``: stop with a
         ``NonFiniteError``, or (mask mode) log a warning per run and go on."""
