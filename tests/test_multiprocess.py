@@ -156,3 +156,36 @@ def test_bad_process_flags_name_the_flag(args, message, capsys):
 
     assert cli.main(["sweep", *args, "--no-progress"]) == 2
     assert message in capsys.readouterr().err
+
+
+PBT_FLAGS = ["--schedule", "pbt", "--ready", "1", "--fraction", "0.25", "--resample", "0.5", "--steps", "256",
+             "--no-checkpoint"]
+
+
+def test_a_pbt_sweep_is_the_same_on_one_device_eight_devices_and_two_processes(experiment_file, tmp_path):
+    """PBT's exploit/explore is one jitted gather over the runs axis: with the 16 runs split
+    over 8 devices, or over two processes × 4 devices (the gather then crosses processes),
+    the lineage is the one-device lineage and the metrics are its metrics (bitwise between
+    8 devices and two processes; to float rounding on one device, where XLA batches the
+    runs differently)."""
+    dirs = {name: str(tmp_path / name) for name in ("one", "eight", "two", "quiet")}
+    solo = [start(["--config", experiment_file, "--out", dirs[n], *PBT_FLAGS], devices=d) for n, d in (("one", 1),
+                                                                                                      ("eight", 8))]
+    port = free_port()
+    procs = [start(["--config", experiment_file, "--out", (dirs["two"], dirs["quiet"])[i], *PBT_FLAGS,
+                    "--coordinator", f"localhost:{port}", "--num-processes", "2", "--process-id", str(i)], devices=4)
+             for i in range(2)]
+    for i, (code, _, err) in enumerate(finish(p) for p in [*solo, *procs]):
+        assert code == 0, f"process {i}:\n{err[-3000:]}"
+    read = lambda name, file: open(os.path.join(dirs[name], "mp", file)).read()
+    lineage = read("one", "lineage.csv")
+    assert lineage.count("\n") == 1 + 16 * 4  # the start and a step after chunks 1, 2 and 3 of 4
+    copies = [row for row in lineage.splitlines()[1:] if row.split(",")[1] != row.split(",")[2]]
+    assert len(copies) == 4 * 3  # floor(16 × 0.25) runs copied at each step
+    assert read("eight", "lineage.csv") == lineage and read("two", "lineage.csv") == lineage
+    assert read("two", "metrics.csv") == read("eight", "metrics.csv")
+    one, eight = read_csv(os.path.join(dirs["one"], "mp", "metrics.csv")), read_csv(os.path.join(dirs["eight"], "mp",
+                                                                                                  "metrics.csv"))
+    for name in ("loss", "return", "grad_norm"):
+        np.testing.assert_allclose(one[name], eight[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert not os.path.exists(dirs["quiet"])

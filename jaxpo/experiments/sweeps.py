@@ -172,7 +172,7 @@ def _population(experiment: Experiment, program: Program) -> tuple[Hyper, Popula
     support_axes = tuple(a for a, axis in enumerate(axes) if axis.kind == "category")
     combos = []
     env = program.config.make_env() if support_axes else None
-    for combo in itertools.product(*(axes[a].values for a in support_axes)):
+    for combo in itertools.product(*(axes[a].values for a in support_axes)) if support_axes else ():
         values = {axes[a].name: v for a, v in zip(support_axes, combo)}
         try:
             combos.append(Hyper.create(experiment.replace(support=values).support.build(env)))
