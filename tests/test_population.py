@@ -190,7 +190,7 @@ def test_a_killed_pbt_sweep_resumes_bitwise(straight, tmp_path, chunks):
 @pytest.mark.parametrize("change,message", [
     ({"sweep": {"grid": {"num_envs": [4, 8]}}}, "static Config field"),
     ({"run": {"runs_per_group": 4}}, "ranks its 8 runs in one program call"),
-    ({"sweep": {"fraction": 0.05}}, "copies no run"),
+    ({"sweep": {"fraction": 0.05}}, "is less than one run"),
     ({"sweep": {"ready": 0}}, "sweep.ready >= 1"),
     ({"sweep": {"perturb": [0.8, -1]}}, "positive factors"),
 ])
@@ -199,3 +199,94 @@ def test_bad_pbt_settings_are_refused_by_name(tmp_path, change, message):
     spec = {k: {**spec.get(k, {}), **change.get(k, {})} for k in {*spec, *change}}
     with pytest.raises(ValueError, match=message):
         plan(spec)
+
+
+# ------------------------------------------------------------------ successive halving
+
+HALVING = {"config": {**PBT["config"], "hidden": [12]},  # its own program, so its compiles are counted from 0
+           "run": {"steps": 8 * 16 * 2 * 8, "seeds": 1, "progress": False, "checkpoint_every": 1},
+           "sweep": {"random": {"lr": {"loguniform": [1e-4, 1e-1]}, "preset": {"choice": ["ippo", "mappo"]}},
+                     "samples": 8, "schedule": "halving", "ready": 2, "fraction": 0.5}}
+
+
+def halving(out, name):
+    return {**HALVING, "run": {**HALVING["run"], "out": str(out), "name": name}}
+
+
+@pytest.fixture(scope="module")
+def halved(tmp_path_factory):
+    out = tmp_path_factory.mktemp("halving")
+    return jaxpo.sweep(halving(out, "straight")), out / "straight"
+
+
+def reference_stops(lineage, fraction, ready_steps):
+    """NumPy, from lineage.csv alone: at each step, each slot's trial joins the scores of
+    its rung (trained steps / ready) and stops when at least n − floor(n · fraction) of
+    the n scores there are higher (NaN lowest). Returns {env_steps: set of stopped run ids}."""
+    steps = sorted(set(lineage["env_steps"].tolist()) - {0})
+    runs = sorted(set(lineage["run_id"].tolist()))
+    start = {r: 0 for r in runs}
+    records, stops = {}, {}
+    for step in steps:
+        rows = {int(r): s for r, s, e in zip(lineage["run_id"], lineage["score"], lineage["env_steps"]) if e == step}
+        score = {r: -np.inf if np.isnan(s) else s for r, s in rows.items()}
+        rung = {r: (step - start[r]) // ready_steps for r in runs}
+        for r in runs:
+            records.setdefault(rung[r], []).append(score[r])
+        stops[step] = {r for r in runs if sum(v > score[r] for v in records[rung[r]])
+                       >= len(records[rung[r]]) - np.floor(len(records[rung[r]]) * fraction)}
+        for r in stops[step]:
+            start[r] = step
+    return stops
+
+
+def test_halving_stops_by_rung_and_refills_without_a_recompile(halved):
+    result, run_dir = halved
+    (program,) = result.programs
+    assert program.compiles == 1 and program.population.compiles == 1  # chunk and refill: once each
+    lineage = read_csv(str(run_dir / "lineage.csv"))
+    stops = reference_stops(lineage, 0.5, 8 * 16 * 2 * 2)
+    for step, stopped in stops.items():
+        rows = lineage["env_steps"] == step
+        assert set(np.asarray(lineage["run_id"])[rows & (lineage["parent_id"] == -1)]) == stopped, step
+    assert len(stops[512]) == 4  # the first rung: plain successive halving, 8 -> 4
+    samples = read_csv(str(run_dir / "samples.csv"))
+    assert len(samples["trial"]) == 8 + sum(len(s) for s in stops.values())  # every sample listed once
+    assert samples["budget_env_steps"].sum() == 8 * 2048  # the slots never idle: 8 runs × the budget
+    assert (samples["budget_env_steps"] % 512 == 0).all()
+    for trial, lr in zip(samples["trial"], samples["lr"]):
+        if trial >= 8:  # a refill's values are its own stream's draw
+            assert abs(lr - float(program.population.draw(int(trial))[0])) <= 1e-6 * lr
+    assert (samples["lr"] >= 1e-4 * (1 - 1e-6)).all() and (samples["lr"] <= 1e-1 * (1 + 1e-6)).all()
+
+
+def test_a_refill_starts_the_stopped_slots_from_scratch_and_touches_nothing_else(batch):
+    from jaxpo.run.population import refill
+
+    state, hyper, codes, supports = batch
+    tr = trainer(CONFIG)
+    table = PopulationTable(AXES, np.zeros(R, np.int32), supports, (2,))
+    stopped = np.array([0, 1, 0, 0, 1, 0, 0, 1], bool)
+    new_codes = codes.copy()
+    new_codes[stopped] = [[3e-3, 0.02, 1.0]] * 3
+    seeds, trials = np.arange(R, dtype=np.uint32) + 100, np.arange(R, dtype=np.uint32) + 8
+    new_state, new_hyper = jax.jit(lambda *a: refill(tr.learner.init, *a, table=table))(
+        state, hyper, jnp.asarray(new_codes), jnp.asarray(stopped), jnp.asarray(seeds), jnp.asarray(trials))
+    keys = jax.vmap(lambda s, t: jax.random.fold_in(jax.random.PRNGKey(s), t))(seeds, trials)
+    fresh = jax.jit(jax.vmap(tr.learner.init))(keys, new_hyper)
+    for new, old, init in zip(jax.tree.leaves(new_state), jax.tree.leaves(state), jax.tree.leaves(fresh)):
+        new, old, init = np.asarray(new), np.asarray(old), np.asarray(init)
+        np.testing.assert_array_equal(new[stopped], init[stopped])
+        np.testing.assert_array_equal(new[~stopped], old[~stopped])
+    np.testing.assert_array_equal(np.asarray(new_hyper.lr)[stopped], np.float32(3e-3))
+    np.testing.assert_array_equal(np.asarray(new_hyper.S_A)[stopped], np.asarray(supports.S_A)[[1, 1, 1]])
+    np.testing.assert_array_equal(np.asarray(new_hyper.S_A)[~stopped], np.asarray(hyper.S_A)[~stopped])
+
+
+def test_a_killed_halving_sweep_resumes_bitwise(halved, tmp_path):
+    with pytest.raises(KeyboardInterrupt):  # in chunk 5: resumes from chunk 4's checkpoint and repeats its step
+        jaxpo.sweep(halving(tmp_path, "killed"), hooks=[StopAfter(5)])
+    jaxpo.resume(str(tmp_path / "killed"))
+    _, run_dir = halved
+    for name in ("lineage.csv", "samples.csv", "summary.csv"):
+        assert (tmp_path / "killed" / name).read_text() == (run_dir / name).read_text(), name

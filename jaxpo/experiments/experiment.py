@@ -169,12 +169,15 @@ class SweepSpec:
         random: name -> {loguniform: [low, high]} | {uniform: [low, high]} | {choice: [values]}.
         samples: random settings drawn (each crossed with the grid).
         sample_seed: seed of the random draws.
-        schedule: none (every run trains to the end) or pbt (population-based training:
+        schedule: none (every run trains to the end), pbt (population-based training:
             every ``ready`` chunks the bottom ``fraction`` of each population copies a top
-            member's learner and explores its axes; every axis must be traced).
-        ready: PBT: chunks between exploit/explore steps.
+            member's learner and explores its axes) or halving (successive halving: every
+            ``ready`` chunks a trial in the bottom ``fraction`` of its rung stops and its
+            slot starts a new sample). Both steer the runs of one program: every axis
+            must be traced (hyperparameters, support).
+        ready: PBT / halving: chunks between steps (halving: between rungs).
         fraction: PBT: the share of each population that is copied (bottom) and copied
-            from (top), in (0, 0.5].
+            from (top); halving: the share of each rung that stops (0.5: halving); in (0, 0.5].
         perturb: PBT: factors a copied number axis is multiplied by (one drawn per axis).
         resample: PBT: the probability that a copied axis is drawn afresh from its sweep
             distribution instead (support axes: drawn, else kept).
@@ -187,7 +190,7 @@ class SweepSpec:
     random: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     samples: int = 0
     sample_seed: int = 0
-    schedule: Literal["none", "pbt"] = "none"
+    schedule: Literal["none", "pbt", "halving"] = "none"
     ready: int = 0
     fraction: float = 0.25
     perturb: tuple[float, ...] = (0.8, 1.25)
@@ -206,9 +209,10 @@ class SweepSpec:
             object.__setattr__(self, field, coerce(getattr(self, field), hints[field], f"sweep.{field}"))
         if self.samples < 0:
             raise ValueError(f"sweep.samples must be >= 0, got {self.samples}")
-        if self.schedule == "pbt":
+        if self.schedule != "none":
             if self.ready < 1:
-                raise ValueError(f"sweep.schedule pbt needs sweep.ready >= 1 (chunks between PBT steps), got {self.ready}")
+                raise ValueError(f"sweep.schedule {self.schedule} needs sweep.ready >= 1 (chunks between its steps), "
+                                 f"got {self.ready}")
             if not 0 < self.fraction <= 0.5:
                 raise ValueError(f"sweep.fraction must be in (0, 0.5] (the share of a population copied), "
                                  f"got {self.fraction}")

@@ -36,7 +36,7 @@ from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_ste
 from jaxpo.run.guard import NanGuard
 from jaxpo.run.loggers import MetricsCSV, ProgressBar, RunLogger, make_loggers, parse_loggers
 from jaxpo.run.periodic_eval import Evaluator
-from jaxpo.run.population import Axis, Population, PopulationTable
+from jaxpo.run.population import Axis, Halving, Population, PopulationTable
 from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, run_summary, save_figure,
                               file_name, write_atomic, write_csv, write_text)
 
@@ -138,7 +138,7 @@ def _plan(experiment: Experiment) -> list[Program]:
             program.settings.append(setting)
             run_id += 1
     for program in programs.values():
-        if experiment.sweep.schedule == "pbt":
+        if experiment.sweep.schedule != "none":
             program.hyper, program.population = _population(experiment, program)
         else:
             program.hyper = Hyper.stack([s.hyper for s in program.settings])
@@ -146,12 +146,14 @@ def _plan(experiment: Experiment) -> list[Program]:
 
 
 def _pbt_axis(experiment: Experiment, name: str) -> Axis:
-    """The PBT axis of sweep axis ``name``: numbers move within their distribution's range
-    (a grid or choice: within its values), support fields are categories."""
+    """The PBT / halving axis of sweep axis ``name``: numbers move within their
+    distribution's range (a grid or choice: within its values), support fields are
+    categories."""
     spec = experiment.sweep
     if sweepable()[name] == "config":
-        raise ValueError(f"sweep.schedule pbt: {name!r} is a static Config field (one compiled program per value), "
-                         f"and PBT steers the runs of one program; sweep traced names (hyperparameters, support) only")
+        raise ValueError(f"sweep.schedule {spec.schedule}: {name!r} is a static Config field (one compiled program per "
+                         f"value), and the schedule steers the runs of one program; sweep traced names "
+                         f"(hyperparameters, support) only")
     dist = {"values": spec.grid[name]} if name in spec.grid else spec.random[name]
     (kind, args), = dist.items()
     if sweepable()[name] == "support":
@@ -164,7 +166,7 @@ def _pbt_axis(experiment: Experiment, name: str) -> Axis:
 
 
 def _population(experiment: Experiment, program: Program) -> tuple[Hyper, Population]:
-    """A PBT program's stacked Hyper ``[R]`` and its ``Population``: the axes, each run's
+    """A PBT or halving program's stacked Hyper ``[R]`` and its ``Population`` (``Halving``): the axes, each run's
     starting codes, the populations and, for support axes, S_A / S_R of every combination
     of their values (stacked with the runs' so both have one form)."""
     spec = experiment.sweep
@@ -177,7 +179,7 @@ def _population(experiment: Experiment, program: Program) -> tuple[Hyper, Popula
         try:
             combos.append(Hyper.create(experiment.replace(support=values).support.build(env)))
         except ValueError as err:
-            raise ValueError(f"sweep.schedule pbt explores every combination of the support axes; "
+            raise ValueError(f"sweep.schedule {spec.schedule} explores every combination of the support axes; "
                              f"{values} is not a support: {err}") from None
     num_runs = len(program.runs)
     stacked = Hyper.stack([*(s.hyper for s in program.settings), *combos])
@@ -192,11 +194,13 @@ def _population(experiment: Experiment, program: Program) -> tuple[Hyper, Popula
     populations = np.array([0 if spec.population == "all" else run.seed for run in program.runs], np.int32)
     smallest = min(np.unique(populations, return_counts=True)[1])
     if math.floor(smallest * spec.fraction) < 1:
-        raise ValueError(f"sweep.schedule pbt: a population of {smallest} runs (sweep.population {spec.population}) "
-                         f"times sweep.fraction {spec.fraction} copies no run; use more runs or a larger fraction")
+        raise ValueError(f"sweep.schedule {spec.schedule}: a population of {smallest} runs (sweep.population "
+                         f"{spec.population}) times sweep.fraction {spec.fraction} is less than one run; use more "
+                         f"runs or a larger fraction")
     table = PopulationTable(axes, populations, supports, support_axes, spec.fraction, tuple(spec.perturb),
                             spec.resample)
-    return hyper, Population(table, codes, spec.ready, spec.schedule_seed)
+    kind = Halving if spec.schedule == "halving" else Population
+    return hyper, kind(table, codes, spec.ready, spec.schedule_seed, [run.seed for run in program.runs])
 
 
 def _default_name(experiment: Experiment, programs: list[Program]) -> str:
@@ -286,7 +290,8 @@ def prepare(experiment: Experiment, programs: list[Program], *, resume: bool = F
         sizes = agree(sizes)  # free memory differs between hosts
     for program, size in zip(programs, sizes):
         if program.population is not None and size < len(program.runs):
-            raise ValueError(f"sweep.schedule pbt ranks its {len(program.runs)} runs in one program call, but "
+            raise ValueError(f"sweep.schedule {experiment.sweep.schedule} ranks its {len(program.runs)} runs in one "
+                             f"program call, but "
                              f"run.runs_per_group is {experiment.run.runs_per_group}: leave it unset or make it "
                              f">= {len(program.runs)}")
     offset = 0
@@ -371,8 +376,8 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
         evaluator = Evaluator(run.eval_every, run.eval_episodes, run.eval_greedy, run.absolute_episodes,
                               out_dir, [h for h in logs if isinstance(h, RunLogger) and h is not csv],
                               resume=plan_.resume is not None, write=writer and out_dir is not None)
-    # PBT replaces a diverged member at its next step: never a sweep-ending error
-    on_nan = "mask" if experiment.sweep.schedule == "pbt" else run.on_nan
+    # PBT and halving replace a diverged member at their next step: never a sweep-ending error
+    on_nan = "mask" if experiment.sweep.schedule != "none" else run.on_nan
     guard = NanGuard(on_nan, log=log, diverged=plan_.resume.meta.get("diverged") if plan_.resume else None)
     saver = None
     if run.checkpoint and out_dir is not None:
@@ -456,6 +461,8 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard
             _write_lineage(program, out_dir)
         program.state, metrics, first = run_group(tr, hyper, seeds, group, hooks, pad_to=size, guard=guard,
                                                   population=program.population)
+        if program.population is not None and out_dir is not None and is_main_process():
+            _write_lineage(program, out_dir, last_chunk=program.num_chunks - 1)  # the trials' final budgets
         if math.isnan(program.first_chunk_seconds):
             program.first_chunk_seconds = first
         parts.append(metrics)
@@ -464,13 +471,21 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard
     return index
 
 
-def _write_lineage(program: Program, out_dir: str) -> None:
-    """``lineage.csv`` now and after every PBT step (rewritten whole, atomically)."""
+def _write_lineage(program: Program, out_dir: str, last_chunk: int | None = None) -> None:
+    """``lineage.csv`` (and for halving ``samples.csv``, every trial with its budget) now
+    and after every step, rewritten whole and atomically; ``last_chunk``: where the
+    trials still training stand (default: the latest step)."""
     run_ids = [run.run_id for run in program.runs]
     steps_per_chunk = program.config.updates_per_chunk * program.config.steps_per_update
-    path = os.path.join(out_dir, "lineage.csv")
-    program.population.on_step = lambda pop: write_csv(path, *pop.lineage_rows(run_ids, steps_per_chunk))
-    program.population.on_step(program.population)
+
+    def write(pop: Population) -> None:
+        write_csv(os.path.join(out_dir, "lineage.csv"), *pop.lineage_rows(run_ids, steps_per_chunk))
+        if isinstance(pop, Halving):
+            end = pop.chunks[-1] if last_chunk is None else last_chunk
+            write_csv(os.path.join(out_dir, "samples.csv"), *pop.trials(run_ids, steps_per_chunk, end))
+
+    program.population.on_step = write
+    write(program.population)
 
 
 def _write_reports(result: SweepResult, is_sweep: bool, write: bool = True, statistics: bool = True) -> None:

@@ -27,7 +27,7 @@ category axis the index of its value. ``Axis`` and ``PopulationTable`` describe 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import math
 from typing import Any, Callable, Sequence
 
 import jax
@@ -176,7 +176,14 @@ def exploit_explore(state: TrainState, hyper: Hyper, codes: jax.Array, scores: j
     carry = jax.tree.map(lambda h: jnp.where(copied.reshape((-1,) + (1,) * (h.ndim - 1)), 0, h), state.rollout.carry)
     state = state.replace(params=take(state.params), opt_state=take(state.opt_state),
                           value_norm=take(state.value_norm), rollout=state.rollout.replace(carry=carry))
-    hyper, codes = take(hyper), explore(k_explore, take(codes), copied, table)
+    codes = explore(k_explore, take(codes), copied, table)
+    return state, apply_codes(take(hyper), codes, copied, table), codes, parents
+
+
+def apply_codes(hyper: Hyper, codes: jax.Array, rows: jax.Array, table: PopulationTable) -> Hyper:
+    """``hyper`` ``[R]`` with every number axis's field set to its code, and where
+    ``rows`` (bool ``[R]``) S_A / S_R set to the support table's row for the support
+    axes' codes (elsewhere the codes already describe them)."""
     for a, axis in enumerate(table.axes):
         if axis.field is not None:
             hyper = hyper.replace(**{axis.field: codes[:, a].astype(getattr(hyper, axis.field).dtype)})
@@ -184,10 +191,23 @@ def exploit_explore(state: TrainState, hyper: Hyper, codes: jax.Array, scores: j
         sizes = [len(table.axes[a].values) for a in table.support_axes]
         row = jnp.ravel_multi_index(tuple(codes[:, a].astype(jnp.int32) for a in table.support_axes), sizes,
                                     mode="clip")
-        pick = lambda stack, own: jnp.where(copied.reshape((-1,) + (1,) * (own.ndim - 1)), stack[row], own)
+        pick = lambda stack, own: jnp.where(rows.reshape((-1,) + (1,) * (own.ndim - 1)), stack[row], own)
         hyper = hyper.replace(S_A=jax.tree.map(pick, table.supports.S_A, hyper.S_A),
                               S_R=jax.tree.map(pick, table.supports.S_R, hyper.S_R))
-    return state, hyper, codes, parents
+    return hyper
+
+
+def refill(learner_init: Callable, state: TrainState, hyper: Hyper, codes: jax.Array, stopped: jax.Array,
+           seeds: jax.Array, trials: jax.Array, table: PopulationTable) -> tuple[TrainState, Hyper]:
+    """Successive halving's refill over a batch of R runs: where ``stopped`` (bool
+    ``[R]``), a new trial starts from scratch (learner, environments, keys, update count:
+    ``learner_init`` with key ``fold_in(PRNGKey(seed), trial)``) with the axis values
+    ``codes`` (float32 ``[R, A]``); elsewhere nothing changes."""
+    keys = jax.vmap(lambda s, t: jax.random.fold_in(jax.random.PRNGKey(s), t))(seeds, trials)
+    hyper = apply_codes(hyper, codes, stopped, table)
+    fresh = jax.vmap(learner_init)(keys, hyper)
+    where = lambda new, old: jnp.where(stopped.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)
+    return jax.tree.map(where, fresh, state), hyper
 
 
 def step_key(seed: int, chunk: int) -> jax.Array:
@@ -207,22 +227,28 @@ def window_scores(returns: np.ndarray, window: int) -> np.ndarray:
 
 
 class Population:
-    """The host side of a PBT sweep's program: when to step, the jitted step on the
-    trainer's shardings, the current codes and the lineage so far.
+    """The host side of a steered sweep's program (PBT here; ``Halving`` below): when to
+    step, the jitted step on the trainer's shardings, the current codes and the history
+    of every step: ``chunks`` (the group chunk after which it ran; -1: the start),
+    ``parents`` ``[R]`` (PBT: whose learner each run copied; halving: -1 where a new
+    trial started), ``history`` (codes ``[R, A]`` after it) and ``scores`` ``[R]`` (what
+    ranked the runs). ``ready``: chunks between steps; ``seed``: of the step's random
+    choices; ``metric``: the per-update metric scored over the last ``ready`` chunks."""
 
-    ``lineage``: rows ``(chunk, run index, parent index, codes [A])``; chunk -1 holds
-    the initial values. ``ready``: chunks between steps; ``seed``: of the step keys;
-    ``metric``: the per-update metric scored over the last ``ready`` chunks."""
+    kind = "pbt"
 
-    def __init__(self, table: PopulationTable, codes: np.ndarray, ready: int, seed: int, metric: str = "return"):
+    def __init__(self, table: PopulationTable, codes: np.ndarray, ready: int, seed: int, seeds: Sequence[int] = (),
+                 metric: str = "return"):
         if ready < 1:
             raise ValueError(f"ready must be a positive number of chunks, got {ready!r}")
         self.table, self.ready, self.seed, self.metric = table, int(ready), int(seed), metric
         self.codes = np.asarray(codes, np.float32)
+        self.seeds = np.asarray(seeds if len(seeds) else np.zeros(len(self.codes)), np.uint32)  # each run's seed
         num_runs = len(self.codes)
         self.chunks: list[int] = [-1]
         self.parents: list[np.ndarray] = [np.arange(num_runs)]
         self.history: list[np.ndarray] = [self.codes.copy()]
+        self.scores: list[np.ndarray] = [np.full(num_runs, np.nan)]
         self._compiled: dict[int, Any] = {}
         self.compiles = 0  # traces of the step (one per program and size)
         self.on_step: Callable[["Population"], None] | None = None  # after each step and load (lineage.csv)
@@ -232,54 +258,59 @@ class Population:
         ``ready`` chunks, never after the last."""
         return (chunk + 1) % self.ready == 0 and chunk + 1 < num_chunks
 
-    def program(self, tr: Any, size: int):
-        """The step jitted for ``tr``'s shardings and ``size`` runs (padding included)."""
+    def _jit(self, tr: Any, size: int, fn: Callable, out_shardings: Callable) -> Any:
+        """``fn`` jitted once per size, counting its traces; ``out_shardings(replicated)``."""
         if size not in self._compiled:
-            table = self.table.padded(size)
-            replicated = NamedSharding(tr.mesh, P())
-            def fn(*args):
+            def counted(*args):
                 self.compiles += 1  # runs at trace time only
-                return exploit_explore(*args, table=table)
+                return fn(*args)
 
-            self._compiled[size] = (jax.jit(fn, out_shardings=(tr.state_sharding, tr.run_sharding, replicated,
-                                                                replicated)), replicated)
+            replicated = NamedSharding(tr.mesh, P())
+            self._compiled[size] = jax.jit(counted, out_shardings=out_shardings(replicated)), replicated
         return self._compiled[size]
 
     def step(self, tr: Any, chunk: int, state: TrainState, hyper: Hyper, metrics: dict[str, np.ndarray],
              key_index: int | None = None) -> tuple[TrainState, Hyper, np.ndarray]:
-        """The PBT step after the group's chunk ``chunk`` (from 0): ``metrics`` name ->
+        """The step after the group's chunk ``chunk`` (from 0): ``metrics`` name ->
         ``[R, U]`` (the group's so far, U ≥ ``ready`` chunks); ``key_index``: the plan
         chunk its key is folded from (default ``chunk``). Returns the new state and
         hyper (on the devices) and the parents ``[R]``."""
-        size = int(jax.tree.leaves(state.params)[0].shape[0])
         num_runs = len(self.codes)
         scores = window_scores(metrics[self.metric][:num_runs], self.ready * tr.config.updates_per_chunk)
-        fn, replicated = self.program(tr, size)
-        padded = lambda x: np.concatenate([x, np.repeat(x[-1:], size - num_runs, axis=0)])
-        codes = put(padded(self.codes), replicated)
-        scores = put(padded(scores).astype(np.float32), replicated)
-        key = put(np.asarray(step_key(self.seed, chunk if key_index is None else key_index)), replicated)
-        state, hyper, codes, parents = fn(state, hyper, codes, scores, key)
-        self.codes = np.asarray(gather(codes))[:num_runs]
-        parents = np.asarray(gather(parents))[:num_runs]
-        self.record(chunk, parents)
+        size = int(jax.tree.leaves(state.params)[0].shape[0])
+        index = chunk if key_index is None else key_index
+        state, hyper, codes, parents = self._apply(tr, size, index, chunk, state, hyper, scores)
+        self.codes = np.asarray(codes, np.float32)
+        self.record(chunk, parents, scores)
         return state, hyper, parents
 
-    def record(self, chunk: int, parents: np.ndarray) -> None:
+    def _apply(self, tr, size, key_index, chunk, state, hyper, scores):
+        """PBT: exploit and explore on the devices."""
+        table = self.table.padded(size)
+        fn, replicated = self._jit(tr, size, lambda *a: exploit_explore(*a, table=table),
+                                   lambda rep: (tr.state_sharding, tr.run_sharding, rep, rep))
+        num_runs = len(self.codes)
+        state, hyper, codes, parents = fn(state, hyper, put(_pad(self.codes, size), replicated),
+                                          put(_pad(scores, size).astype(np.float32), replicated),
+                                          put(np.asarray(step_key(self.seed, key_index)), replicated))
+        return state, hyper, np.asarray(gather(codes))[:num_runs], np.asarray(gather(parents))[:num_runs]
+
+    def record(self, chunk: int, parents: np.ndarray, scores: np.ndarray) -> None:
         self.chunks.append(int(chunk))
         self.parents.append(np.asarray(parents))
         self.history.append(self.codes.copy())
+        self.scores.append(np.asarray(scores, np.float64))
         if self.on_step is not None:
             self.on_step(self)
 
     # -------------------------------------------------- checkpoints
 
     def saved(self, hyper: Hyper) -> dict[str, np.ndarray]:
-        """What a checkpoint keeps: the lineage so far and the runs' current ``hyper``
+        """What a checkpoint keeps: the history so far and the runs' current ``hyper``
         (``[R, ...]``, padding included; as ``hyper.<i>`` leaves)."""
         leaves = {f"hyper.{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(gather(hyper)))}
         return {"chunks": np.asarray(self.chunks, np.int64), "parents": np.stack(self.parents).astype(np.int64),
-                "codes": np.stack(self.history).astype(np.float32), **leaves}
+                "codes": np.stack(self.history).astype(np.float32), "scores": np.stack(self.scores), **leaves}
 
     def load(self, saved: dict[str, np.ndarray], hyper: Hyper) -> Hyper:
         """Continues from a checkpoint's ``saved``; returns its Hyper (host arrays) in
@@ -287,22 +318,144 @@ class Population:
         self.chunks = [int(c) for c in np.asarray(saved["chunks"])]
         self.parents = list(np.asarray(saved["parents"]))
         self.history = list(np.asarray(saved["codes"], np.float32))
+        self.scores = list(np.asarray(saved["scores"], np.float64))
         self.codes = self.history[-1].copy()
         if self.on_step is not None:
             self.on_step(self)
         leaves, treedef = jax.tree.flatten(hyper)
         return jax.tree.unflatten(treedef, [np.asarray(saved[f"hyper.{i}"]) for i in range(len(leaves))])
 
-    # -------------------------------------------------- lineage
+    # -------------------------------------------------- what it writes
 
     def lineage_rows(self, run_ids: Sequence[int], steps_per_chunk: int) -> tuple[list[str], list[list[Any]]]:
         """``(header, rows)`` of lineage.csv: per step and run, the env steps per run
-        when it happened (0: the start), run id, the parent's run id and every axis's
-        value after it. ``steps_per_chunk``: env steps per run in a chunk."""
-        header = ["env_steps", "run_id", "parent_id", *[a.name for a in self.table.axes]]
+        when it happened (0: the start), run id, the parent's run id (halving: -1 for a
+        new trial), the score that ranked it and every axis's value after it.
+        ``steps_per_chunk``: env steps per run in a chunk."""
+        header = ["env_steps", "run_id", "parent_id", "score", *[a.name for a in self.table.axes]]
         rows = []
-        for chunk, parents, codes in zip(self.chunks, self.parents, self.history):
+        for chunk, parents, codes, scores in zip(self.chunks, self.parents, self.history, self.scores):
             for r, run_id in enumerate(run_ids):
-                rows.append([(chunk + 1) * steps_per_chunk, run_id, run_ids[int(parents[r])],
-                             *[axis.decode(codes[r, a]) for a, axis in enumerate(self.table.axes)]])
+                parent = int(parents[r])
+                rows.append([(chunk + 1) * steps_per_chunk, run_id, run_ids[parent] if parent >= 0 else -1,
+                             scores[r], *[axis.decode(codes[r, a]) for a, axis in enumerate(self.table.axes)]])
         return header, rows
+
+
+def _pad(x: np.ndarray, size: int) -> np.ndarray:
+    """``[R, ...] -> [size, ...]``, repeating the last row."""
+    x = np.asarray(x)
+    return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)])
+
+
+class Halving(Population):
+    """Successive halving with refill (``sweep.schedule: halving``). Every ``ready``
+    chunks, each run's trial has trained a multiple of ``ready`` chunks: its rung. Its
+    score joins every score recorded at that rung (in its population), and a trial in
+    the bottom ``floor(n · fraction)`` of those n stops (ASHA's rule; at the first step
+    all trials share rung 1, which is plain successive halving). A stopped run's slot
+    starts a new trial at once, in the same program: a fresh learner and environments
+    (key ``fold_in(PRNGKey(seed), trial)``) with every axis drawn from its sweep
+    distribution (stream ``[schedule_seed, trial]``), so the group stays full and the
+    chunk compiles once. ``trials()`` lists every trial with the budget it got."""
+
+    kind = "halving"
+
+    def _apply(self, tr, size, key_index, chunk, state, hyper, scores):
+        num_runs = len(self.codes)
+        slot_trial, start = self._trials()
+        records: dict[tuple[int, int], list[float]] = {}
+        for c, s, trial_of in self._rung_history():  # the scores of earlier steps, by (population, rung)
+            for r in range(num_runs):
+                records.setdefault(self._rung_key(r, c, trial_of, start), []).append(_finite(s[r]))
+        keys = [self._rung_key(r, chunk, slot_trial, start) for r in range(num_runs)]
+        for r, key in enumerate(keys):
+            records.setdefault(key, []).append(_finite(scores[r]))
+        stopped = np.zeros(num_runs, bool)
+        for r, key in enumerate(keys):
+            n, better = len(records[key]), sum(v > _finite(scores[r]) for v in records[key])
+            stopped[r] = better >= n - math.floor(n * self.table.fraction)
+        codes, trials = self.codes.copy(), slot_trial.copy()
+        next_trial = max(start) + 1
+        for r in np.flatnonzero(stopped):
+            trials[r], next_trial = next_trial, next_trial + 1
+            codes[r] = self.draw(trials[r])
+        table = self.table.padded(size)
+        fn, replicated = self._jit(tr, size, lambda *a: refill(tr.learner.init, *a, table=table),
+                                   lambda rep: (tr.state_sharding, tr.run_sharding))
+        state, hyper = fn(state, hyper, put(_pad(codes, size), replicated),
+                          put(np.concatenate([stopped, np.zeros(size - num_runs, bool)]), replicated),
+                          put(_pad(self.seeds, size), replicated), put(_pad(trials.astype(np.uint32), size), replicated))
+        return state, hyper, codes, np.where(stopped, -1, np.arange(num_runs))
+
+    def draw(self, trial: int) -> np.ndarray:
+        """float32 ``[A]``: trial ``trial``'s axis codes, from its own stream."""
+        rng = np.random.default_rng([self.seed, trial])
+        codes = []
+        for axis in self.table.axes:
+            u = rng.uniform()
+            if axis.kind == "uniform":
+                codes.append(axis.low + u * (axis.high - axis.low))
+            elif axis.kind == "loguniform":
+                codes.append(math.exp(math.log(axis.low) + u * (math.log(axis.high) - math.log(axis.low))))
+            else:
+                pick = min(int(u * len(axis.values)), len(axis.values) - 1)
+                codes.append(axis.values[pick] if axis.kind == "values" else pick)
+        return np.asarray(codes, np.float32)
+
+    def _trials(self) -> tuple[np.ndarray, dict[int, int]]:
+        """``(trial of each slot now [R], trial -> the chunk after which it started)``;
+        trials 0..R-1 start the sweep, each refill takes the next number in slot order."""
+        slot_trial = np.arange(len(self.codes))
+        start = {t: -1 for t in slot_trial}
+        for chunk, parents in zip(self.chunks[1:], self.parents[1:]):
+            for r in np.flatnonzero(parents < 0):
+                slot_trial[r] = max(start) + 1
+                start[slot_trial[r]] = chunk
+        return slot_trial, start
+
+    def _rung_history(self):
+        """Per earlier step: ``(chunk, scores [R], each slot's trial then)``."""
+        slot_trial = np.arange(len(self.codes))
+        start_count = len(slot_trial)
+        for chunk, parents, scores in zip(self.chunks[1:], self.parents[1:], self.scores[1:]):
+            yield chunk, scores, slot_trial.copy()
+            for r in np.flatnonzero(parents < 0):
+                slot_trial[r], start_count = start_count, start_count + 1
+
+    def _rung_key(self, r: int, chunk: int, trial_of: np.ndarray, start: dict[int, int]) -> tuple[int, int]:
+        """(population, rung) of slot ``r``'s trial after group chunk ``chunk``."""
+        return int(self.table.populations[r]), (chunk - start[int(trial_of[r])]) // self.ready
+
+    def trials(self, run_ids: Sequence[int], steps_per_chunk: int, last_chunk: int) -> tuple[list[str], list[list]]:
+        """``(header, rows)`` of samples.csv: every trial, its run (slot), axis values,
+        the env steps per run when it started and stopped (``last_chunk``'s end for
+        those still training), the budget it got, its last score and the rung it reached."""
+        header = ["trial", "run_id", "start_env_steps", "end_env_steps", "budget_env_steps", "last_score", "rung",
+                  "stopped", *[a.name for a in self.table.axes]]
+        rows, slot_trial, trial = [], np.arange(len(self.codes)), len(self.codes)
+        begin = {r: (-1, self.history[0][r]) for r in range(len(self.codes))}  # slot -> (start chunk, codes)
+        last = {r: np.nan for r in range(len(self.codes))}
+
+        def close(r: int, end: int, stopped: bool) -> None:
+            started, codes = begin[r]
+            rows.append([int(slot_trial[r]), run_ids[r], (started + 1) * steps_per_chunk, (end + 1) * steps_per_chunk,
+                         (end - started) * steps_per_chunk, last[r], (end - started) // self.ready, stopped,
+                         *[axis.decode(codes[a]) for a, axis in enumerate(self.table.axes)]])
+
+        for chunk, parents, codes, scores in zip(self.chunks[1:], self.parents[1:], self.history[1:], self.scores[1:]):
+            for r in range(len(self.codes)):
+                last[r] = scores[r]
+                if parents[r] < 0:
+                    close(r, chunk, True)
+                    slot_trial[r], trial = trial, trial + 1
+                    begin[r], last[r] = (chunk, codes[r]), np.nan
+        for r in range(len(self.codes)):
+            close(r, last_chunk, False)
+        rows.sort(key=lambda row: row[0])
+        return header, rows
+
+
+def _finite(score: float) -> float:
+    """A score to rank by: NaN (no episode ended, or diverged) as -inf."""
+    return -math.inf if math.isnan(score) else float(score)
