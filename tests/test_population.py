@@ -187,6 +187,24 @@ def test_a_killed_pbt_sweep_resumes_bitwise(straight, tmp_path, chunks):
                                       read_csv(str(run_dir / "metrics.csv"))[metric])
 
 
+def test_a_diverged_member_is_replaced_and_the_sweep_goes_on(tmp_path):
+    # lr 1e30 diverges in its first update; within each seed the healthy run's learner and
+    # lr (perturbed by 1, never resampled) replace it after chunk 1, under on_nan "stop"
+    spec = pbt(tmp_path, "nan", steps=8 * 16 * 2 * 3)
+    spec["sweep"] = {"grid": {"lr": [3e-4, 1e30]}, "schedule": "pbt", "ready": 1, "fraction": 0.5,
+                     "population": "seed", "perturb": [1.0], "resample": 0.0}
+    spec["run"] = {**spec["run"], "seeds": 4}
+    result = jaxpo.sweep(spec)
+    lineage = read_csv(str(tmp_path / "nan" / "lineage.csv"))
+    first = lineage["env_steps"] == 256
+    diverged = np.asarray(lineage["lr"])[lineage["env_steps"] == 0] > 1
+    np.testing.assert_array_equal(lineage["parent_id"][first] != lineage["run_id"][first], diverged)
+    assert (lineage["lr"][first] == 3e-4).all()
+    loss = result.programs[0].metrics["loss"]  # [8, 6]: masked from the divergence to the step, then trained again
+    assert np.isnan(loss[diverged, :2]).all() and np.isfinite(loss[~diverged]).all() and np.isfinite(loss[:, 2:]).all()
+    assert all(row["diverged_at_update"] == "" for row in result.summary)  # replaced, so alive again
+
+
 @pytest.mark.parametrize("change,message", [
     ({"sweep": {"grid": {"num_envs": [4, 8]}}}, "static Config field"),
     ({"run": {"runs_per_group": 4}}, "ranks its 8 runs in one program call"),
