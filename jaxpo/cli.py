@@ -30,8 +30,8 @@ TITLES = {
     "run": "run settings (the program does not change)",
     "sweep": "sweep",
 }
-# Fields without a flag of their own: env_kwargs is --env-arg; sweep axes are --sweep.
-SPECIAL = {("config", "env_kwargs"), ("sweep", "grid"), ("sweep", "random")}
+# Fields without a flag of their own: env_kwargs is --env-arg; sweep axes are --sweep; segments come in files.
+SPECIAL = {("config", "env_kwargs"), ("sweep", "grid"), ("sweep", "random"), ("sweep", "segments")}
 
 
 def parse_env_arg(text: str) -> tuple[str, object]:

@@ -308,3 +308,64 @@ def test_a_killed_halving_sweep_resumes_bitwise(halved, tmp_path):
     _, run_dir = halved
     for name in ("lineage.csv", "samples.csv", "summary.csv"):
         assert (tmp_path / "killed" / name).read_text() == (run_dir / name).read_text(), name
+
+
+# ------------------------------------------------------------------ the best member's schedule, replayed
+
+
+def reference_ancestry(lineage, run_id):
+    """From lineage.csv alone: [(env_steps, the run the learner trained in from there)],
+    walking back from ``run_id`` through parent_id."""
+    steps = sorted(set(lineage["env_steps"].tolist()), reverse=True)
+    where, chain = run_id, []
+    for step in steps:
+        row = (lineage["env_steps"] == step) & (lineage["run_id"] == where)
+        chain.append((step, where))
+        where = int(lineage["parent_id"][row][0])
+    return chain[::-1]
+
+
+def test_the_best_members_schedule_replays_through_the_cli(straight, tmp_path):
+    from jaxpo import cli
+    from jaxpo.experiments.experiment import load_yaml
+
+    result, run_dir = straight
+    replay = load_yaml(str(run_dir / "best_schedule.yaml"))
+    lineage = read_csv(str(run_dir / "lineage.csv"))
+    best = int(open(run_dir / "best_schedule.yaml").read().split("(run ")[1].split(")")[0])
+    chain = reference_ancestry(lineage, best)
+    value = lambda step, run, name: np.asarray(lineage[name])[(lineage["env_steps"] == step) & (lineage["run_id"] == run)][0]
+    root = chain[0][1]
+    assert replay.run.seed == result.programs[0].runs[root].seed and replay.run.seeds == 1
+    assert replay.hyper.lr == pytest.approx(value(0, root, "lr"), rel=1e-6)
+    assert replay.support.preset == value(0, root, "preset")
+    changes = [(step, run) for (step, run), (_, before) in zip(chain[1:], chain) if (value(step, run, "lr"), value(
+        step, run, "preset")) != (value(step - 512, before, "lr"), value(step - 512, before, "preset"))]
+    assert [seg["env_steps"] for seg in replay.sweep.segments] == [step for step, _ in changes]
+    assert len(changes) >= 1  # this sweep's best learner changed values on its way (else the test shows little)
+    for seg, (step, run) in zip(replay.sweep.segments, changes):
+        assert seg["lr"] == pytest.approx(value(step, run, "lr"), rel=1e-6) and seg["preset"] == value(step, run, "preset")
+
+    assert cli.main(["train", "--config", str(run_dir / "best_schedule.yaml"), "--out", str(tmp_path),
+                     "--no-progress"]) == 0
+    replayed = tmp_path / f"{replay.run.name}"
+    rows = read_csv(str(replayed / "lineage.csv"))
+    assert rows["env_steps"].tolist() == [0] + [s["env_steps"] for s in replay.sweep.segments]
+    # until its first change the learner is its root ancestor's: the same seed, values and updates
+    first = replay.sweep.segments[0]["env_steps"] // 128
+    mine = read_csv(str(replayed / "metrics.csv"))["loss"][:first]
+    theirs = result.programs[0].metrics["loss"][root, :first]
+    np.testing.assert_allclose(mine, theirs, rtol=1e-4)  # one run, not eight in a batch: float rounding only
+
+
+@pytest.mark.parametrize("segments,message", [
+    ([{"env_steps": 300, "lr": 1e-3}], "multiples of the env steps per chunk"),
+    ([{"env_steps": 512, "lr": 1e-3}, {"env_steps": 512, "lr": 2e-3}], "increasing"),
+    ([{"env_steps": 512, "num_envs": 4}], "traced names"),
+    ([{"env_steps": 512, "lr": -1}], "sweep.segments\\[0\\].lr"),
+    ([{"lr": 1e-3}], "env_steps: positive int"),
+])
+def test_bad_replay_segments_are_refused_by_name(tmp_path, segments, message):
+    spec = {**pbt(tmp_path, "bad"), "sweep": {"schedule": "replay", "segments": segments}}
+    with pytest.raises(ValueError, match=message):
+        plan(spec)

@@ -184,21 +184,32 @@ class SweepSpec:
         population: PBT: all (the runs of the program rank together) or seed (each
             seed's runs rank among themselves).
         schedule_seed: seed of PBT's random choices (parents, perturbations, draws).
+        segments: replay (``schedule: replay``, what a PBT sweep's ``best_schedule.yaml``
+            holds): ``[{env_steps: S, NAME: VALUE, …}, …]``, the traced values from env
+            step S on (S a multiple of the env steps per chunk, increasing); before the
+            first, the hyper and support sections' own.
     """
 
     grid: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     random: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     samples: int = 0
     sample_seed: int = 0
-    schedule: Literal["none", "pbt", "halving"] = "none"
+    schedule: Literal["none", "pbt", "halving", "replay"] = "none"
     ready: int = 0
     fraction: float = 0.25
     perturb: tuple[float, ...] = (0.8, 1.25)
     resample: float = 0.25
     population: Literal["all", "seed"] = "all"
     schedule_seed: int = 0
+    segments: Sequence[Mapping[str, Any]] = ()
 
     def __post_init__(self):
+        segments = plain(list(self.segments or ()))
+        if not all(isinstance(seg, Mapping) and isinstance(seg.get("env_steps"), int) and seg["env_steps"] > 0
+                   for seg in segments):
+            raise ValueError(f"sweep.segments must be a list of {{env_steps: positive int, NAME: VALUE, ...}}, "
+                             f"got {self.segments!r}")
+        object.__setattr__(self, "segments", segments)
         for field in ("grid", "random"):
             if not isinstance(getattr(self, field), Mapping):
                 raise ValueError(f"sweep.{field} must be a mapping of names to values, got {getattr(self, field)!r}")
@@ -209,7 +220,11 @@ class SweepSpec:
             object.__setattr__(self, field, coerce(getattr(self, field), hints[field], f"sweep.{field}"))
         if self.samples < 0:
             raise ValueError(f"sweep.samples must be >= 0, got {self.samples}")
-        if self.schedule != "none":
+        if (self.schedule == "replay") != bool(self.segments):
+            raise ValueError("sweep.segments go with sweep.schedule replay, and replay needs segments")
+        if self.schedule == "replay" and self.axes:
+            raise ValueError("sweep.schedule replay trains one setting: it takes no grid or random axes")
+        if self.schedule in ("pbt", "halving"):
             if self.ready < 1:
                 raise ValueError(f"sweep.schedule {self.schedule} needs sweep.ready >= 1 (chunks between its steps), "
                                  f"got {self.ready}")

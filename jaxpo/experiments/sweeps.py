@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from jaxpo.core.support import Support
-from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict
+from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict, typed_value
 from jaxpo.experiments.settings import Setting, settings, sweepable, typed_spec
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.compiled import Trainer, trainer
@@ -36,7 +36,7 @@ from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_ste
 from jaxpo.run.guard import NanGuard
 from jaxpo.run.loggers import MetricsCSV, ProgressBar, RunLogger, make_loggers, parse_loggers
 from jaxpo.run.periodic_eval import Evaluator
-from jaxpo.run.population import Axis, Halving, Population, PopulationTable
+from jaxpo.run.population import Axis, Halving, Population, PopulationTable, Replay, ancestry, window_scores
 from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, run_summary, save_figure,
                               file_name, write_atomic, write_csv, write_text)
 
@@ -166,11 +166,19 @@ def _pbt_axis(experiment: Experiment, name: str) -> Axis:
 
 
 def _population(experiment: Experiment, program: Program) -> tuple[Hyper, Population]:
-    """A PBT or halving program's stacked Hyper ``[R]`` and its ``Population`` (``Halving``): the axes, each run's
-    starting codes, the populations and, for support axes, S_A / S_R of every combination
-    of their values (stacked with the runs' so both have one form)."""
+    """A steered program's stacked Hyper ``[R]`` and its ``Population`` (PBT), ``Halving``
+    or ``Replay``: the axes, each run's starting codes, the populations and, for support
+    axes, S_A / S_R of every combination of their values (stacked with the runs' so both
+    have one form)."""
     spec = experiment.sweep
-    axes = tuple(_pbt_axis(experiment, name) for name in spec.axes)
+    num_runs = len(program.runs)
+    if spec.schedule == "replay":
+        axes, start, segments = _replay(experiment, program)
+        codes = np.repeat(start[None], num_runs, axis=0)
+    else:
+        axes = tuple(_pbt_axis(experiment, name) for name in spec.axes)
+        codes = np.array([[_code(axis, run.values[axis.name]) for axis in axes] for run in program.runs],
+                         np.float32).reshape(num_runs, len(axes))
     support_axes = tuple(a for a, axis in enumerate(axes) if axis.kind == "category")
     combos = []
     env = program.config.make_env() if support_axes else None
@@ -179,28 +187,68 @@ def _population(experiment: Experiment, program: Program) -> tuple[Hyper, Popula
         try:
             combos.append(Hyper.create(experiment.replace(support=values).support.build(env)))
         except ValueError as err:
-            raise ValueError(f"sweep.schedule {spec.schedule} explores every combination of the support axes; "
+            raise ValueError(f"sweep.schedule {spec.schedule} can reach every combination of the support axes; "
                              f"{values} is not a support: {err}") from None
-    num_runs = len(program.runs)
     stacked = Hyper.stack([*(s.hyper for s in program.settings), *combos])
     hyper = jax.tree.map(lambda x: x[:num_runs], stacked)
     supports = jax.tree.map(lambda x: x[num_runs:], stacked) if combos else None
-
-    def code(axis: Axis, value: Any) -> float:
-        return float(axis.values.index(value)) if axis.kind == "category" else float(value)
-
-    codes = np.array([[code(axis, run.values[axis.name]) for axis in axes] for run in program.runs],
-                     np.float32).reshape(num_runs, len(axes))
     populations = np.array([0 if spec.population == "all" else run.seed for run in program.runs], np.int32)
+    table = PopulationTable(axes, populations, supports, support_axes, spec.fraction, tuple(spec.perturb),
+                            spec.resample)
+    if spec.schedule == "replay":
+        return hyper, Replay(table, codes, segments)
     smallest = min(np.unique(populations, return_counts=True)[1])
     if math.floor(smallest * spec.fraction) < 1:
         raise ValueError(f"sweep.schedule {spec.schedule}: a population of {smallest} runs (sweep.population "
                          f"{spec.population}) times sweep.fraction {spec.fraction} is less than one run; use more "
                          f"runs or a larger fraction")
-    table = PopulationTable(axes, populations, supports, support_axes, spec.fraction, tuple(spec.perturb),
-                            spec.resample)
     kind = Halving if spec.schedule == "halving" else Population
     return hyper, kind(table, codes, spec.ready, spec.schedule_seed, [run.seed for run in program.runs])
+
+
+def _code(axis: Axis, value: Any) -> float:
+    """A value as its axis code: a category's index, a number itself."""
+    return float(axis.values.index(value)) if axis.kind == "category" else float(value)
+
+
+def _replay(experiment: Experiment, program: Program) -> tuple[tuple[Axis, ...], np.ndarray, dict[int, np.ndarray]]:
+    """A replay's axes (every name its segments set), the codes before the first segment
+    (the experiment's own values) and each segment's codes by the group chunk after
+    which they start."""
+    segments, names = experiment.sweep.segments, sweepable()
+    per_chunk = program.config.updates_per_chunk * program.config.steps_per_update
+    keys = list(dict.fromkeys(k for seg in segments for k in seg if k != "env_steps"))
+    typed = []
+    for i, seg in enumerate(segments):
+        row = {}
+        for name, value in seg.items():
+            if name == "env_steps":
+                continue
+            if names.get(name) not in ("hyper", "support"):
+                raise ValueError(f"sweep.segments[{i}].{name}: a segment sets traced names (hyperparameters, "
+                                 f"support) only")
+            row[name] = typed_value(names[name], name, value, f"sweep.segments[{i}].{name}")
+        steps = seg["env_steps"]
+        chunk, rest = divmod(steps, per_chunk)
+        if rest or not 0 < chunk < program.num_chunks or (typed and chunk - 1 <= typed[-1][0]):
+            raise ValueError(f"sweep.segments[{i}].env_steps must be increasing multiples of the env steps per "
+                             f"chunk ({per_chunk}) inside the run (< {program.num_chunks * per_chunk}), got {steps}")
+        typed.append((chunk - 1, row))
+    own = {name: getattr(experiment.hyper if names[name] == "hyper" else experiment.support, name) for name in keys}
+    axes = []
+    for name in keys:
+        seen = list(dict.fromkeys([own[name], *(row[name] for _, row in typed if name in row)]))
+        axes.append(Axis(name, "category", tuple(seen)) if names[name] == "support"
+                    else Axis(name, "values", tuple(float(v) for v in seen), field=name))
+    current = np.array([_code(axis, own[axis.name]) for axis in axes], np.float32)
+    start, by_chunk = current.copy(), {}
+    for chunk, row in typed:
+        current = current.copy()
+        for a, axis in enumerate(axes):
+            if axis.name in row:
+                current[a] = _code(axis, row[axis.name])
+        by_chunk[chunk] = current
+    return tuple(axes), start, by_chunk
 
 
 def _default_name(experiment: Experiment, programs: list[Program]) -> str:
@@ -409,7 +457,54 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
     result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start, dict(guard.diverged),
                          evaluator)
     _write_reports(result, plan_.is_sweep, write=writer and out_dir is not None, statistics=out_dir is not None)
+    if writer and out_dir is not None and experiment.sweep.schedule == "pbt":
+        _write_best_schedule(result)
     return result
+
+
+def best_schedule(result: SweepResult) -> tuple[Run, Experiment] | None:
+    """A PBT sweep's best final member (by PBT's own score: the mean return over the last
+    ``ready`` chunks) and the experiment that replays its schedule (``sweep.schedule:
+    replay``): the values its learner lived under, segment by segment, from its first
+    ancestor's seed. None when no run has a finite score."""
+    (program,) = result.programs
+    population = program.population
+    scores = window_scores(program.metrics[population.metric], population.ready * program.config.updates_per_chunk)
+    if not np.isfinite(scores).any():
+        return None
+    best = int(np.nanargmax(scores))
+    lives = ancestry(population, best)
+    axes = population.table.axes
+    per_chunk = program.config.updates_per_chunk * program.config.steps_per_update
+    decode = lambda codes: {axis.name: axis.decode(codes[a]) for a, axis in enumerate(axes)}
+    start = decode(lives[0][2])
+    segments, last = [], lives[0][2]
+    for chunk, _, codes in lives[1:]:  # a segment where its values change
+        if not np.array_equal(codes, last):
+            segments.append({"env_steps": (chunk + 1) * per_chunk, **decode(codes)})
+        last = codes
+    names = sweepable()
+    experiment = result.experiment
+    replay = experiment.replace(
+        hyper={k: v for k, v in start.items() if names[k] == "hyper"},
+        support={k: v for k, v in start.items() if names[k] == "support"},
+        sweep={"grid": {}, "random": {}, "samples": 0, "schedule": "replay" if segments else "none",
+               "segments": segments},
+        run={"seeds": 1, "seed": program.runs[lives[0][1]].seed, "name": f"{experiment.run.name}-best"})
+    return program.runs[best], replay
+
+
+def _write_best_schedule(result: SweepResult) -> None:
+    """``best_schedule.yaml``: ``jaxpo train --config`` it to train the best member's
+    schedule as one run."""
+    found = best_schedule(result)
+    if found is None:
+        return
+    run, replay = found
+    write_text(os.path.join(result.out_dir, "best_schedule.yaml"),
+               f"# The schedule of PBT member {run.label} (run {run.run_id}), the best final return of the sweep in\n"
+               f"# {result.out_dir}: the values its learner trained under, from its first ancestor's seed.\n"
+               f"# jaxpo train --config this-file\n" + dump_yaml(replay))
 
 
 def _write_experiment(plan_: Plan) -> None:

@@ -456,6 +456,43 @@ class Halving(Population):
         return header, rows
 
 
+class Replay(Population):
+    """A fixed schedule of traced values (``sweep.schedule: replay``): after the group
+    chunks in ``segments`` (chunk -> codes ``[A]``), every run takes those values. What
+    ``best_schedule.yaml`` trains: a PBT member's schedule, as one run of its own."""
+
+    kind = "replay"
+
+    def __init__(self, table: PopulationTable, codes: np.ndarray, segments: dict[int, np.ndarray]):
+        super().__init__(table, codes, ready=1, seed=0)
+        self.segments = {int(c): np.asarray(v, np.float32) for c, v in segments.items()}
+
+    def due(self, chunk: int, num_chunks: int) -> bool:
+        return chunk in self.segments and chunk + 1 < num_chunks
+
+    def _apply(self, tr, size, key_index, chunk, state, hyper, scores):
+        num_runs = len(self.codes)
+        codes = np.repeat(self.segments[chunk][None], num_runs, axis=0)
+        table = self.table.padded(size)
+        fn, replicated = self._jit(tr, size, lambda h, c: apply_codes(h, c, jnp.ones(size, bool), table),
+                                   lambda rep: tr.run_sharding)
+        return state, fn(hyper, put(_pad(codes, size), replicated)), codes, np.arange(num_runs)
+
+
+def ancestry(population: Population, run: int) -> list[tuple[int, int, np.ndarray]]:
+    """The schedule the learner in ``run`` lived through: ``[(chunk, run it trained in,
+    codes [A])]`` from the start (chunk -1), one entry per step: after step s the
+    learner trained in run x_s with that run's codes; x_last = ``run`` and
+    x_{s-1} = the parent x_s copied at step s. (PBT only: a halving trial starts afresh.)"""
+    if population.kind != "pbt":
+        raise ValueError(f"ancestry follows PBT's copies; a {population.kind} schedule has none")
+    chain = [run]
+    for parents in reversed(population.parents[1:]):
+        chain.append(int(parents[chain[-1]]))
+    chain.reverse()
+    return [(chunk, x, codes[x]) for chunk, x, codes in zip(population.chunks, chain, population.history)]
+
+
 def _finite(score: float) -> float:
     """A score to rank by: NaN (no episode ended, or diverged) as -inf."""
     return -math.inf if math.isnan(score) else float(score)
