@@ -159,6 +159,7 @@ def test_a_pbt_sweep_steps_in_one_program_and_writes_its_lineage(straight):
     result, run_dir = straight
     (program,) = result.programs
     assert program.compiles == 1 and program.population.compiles == 1  # the chunk and the step, once each
+    assert (run_dir / "population.png").read_bytes()[:4] == b"\x89PNG"  # trajectories and lineage tree
     lineage = read_csv(str(run_dir / "lineage.csv"))
     steps = sorted(set(lineage["env_steps"].tolist()))
     assert steps == [0, 512, 1024]  # the start, then after chunks 2 and 4 of 256 steps (never after the last, 6)
@@ -262,6 +263,7 @@ def test_halving_stops_by_rung_and_refills_without_a_recompile(halved):
     result, run_dir = halved
     (program,) = result.programs
     assert program.compiles == 1 and program.population.compiles == 1  # chunk and refill: once each
+    assert (run_dir / "population.png").read_bytes()[:4] == b"\x89PNG"
     lineage = read_csv(str(run_dir / "lineage.csv"))
     stops = reference_stops(lineage, 0.5, 8 * 16 * 2 * 2)
     for step, stopped in stops.items():

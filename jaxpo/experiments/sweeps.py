@@ -37,8 +37,8 @@ from jaxpo.run.guard import NanGuard
 from jaxpo.run.loggers import MetricsCSV, ProgressBar, RunLogger, make_loggers, parse_loggers
 from jaxpo.run.periodic_eval import Evaluator
 from jaxpo.run.population import Axis, Halving, Population, PopulationTable, Replay, ancestry, window_scores
-from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, run_summary, save_figure,
-                              file_name, write_atomic, write_csv, write_text)
+from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, plot_population, read_csv,
+                              run_summary, save_figure, file_name, write_atomic, write_csv, write_text)
 
 
 def free_memory_bytes(device: jax.Device | None = None) -> int:
@@ -558,6 +558,11 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard
                                                   population=program.population)
         if program.population is not None and out_dir is not None and is_main_process():
             _write_lineage(program, out_dir, last_chunk=program.num_chunks - 1)  # the trials' final budgets
+            end = program.num_chunks * program.config.updates_per_chunk * program.config.steps_per_update
+            figure = plot_population(read_csv(os.path.join(out_dir, "lineage.csv")),
+                                     [axis.name for axis in program.population.table.axes], end=end,
+                                     title=f"{program.config.env}: {program.population.kind}")
+            save_figure(figure, os.path.join(out_dir, "population.png"))
         if math.isnan(program.first_chunk_seconds):
             program.first_chunk_seconds = first
         parts.append(metrics)

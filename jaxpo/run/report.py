@@ -277,6 +277,52 @@ def plot_curves(curves: np.ndarray, env_steps: np.ndarray, settings: Sequence[st
     return ax
 
 
+def plot_population(lineage: dict[str, Any], axes: Sequence[str], *, end: int, title: str):
+    """A steered sweep's figure, from its lineage table (``read_csv`` of lineage.csv):
+    one panel per axis with each run's value against env steps (numbers on a log scale
+    when they span more than a decade), and the lineage tree: each run a line, each
+    copy (PBT) an arrow from the parent's line, each new trial (halving) a dot.
+    ``end``: the env steps per run at the end. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    steps, runs, parents = (np.asarray(lineage[k]) for k in ("env_steps", "run_id", "parent_id"))
+    ids = sorted(set(runs.tolist()))
+    times = sorted(set(steps.tolist()))
+    fig, panels = plt.subplots(len(axes) + 1, 1, figsize=(8, 2.6 * (len(axes) + 1)), sharex=True, squeeze=False)
+    colors = plt.get_cmap("viridis")(np.linspace(0, 1, max(len(ids), 2)))
+    for panel, name in zip(panels[:-1, 0], axes):
+        raw = list(lineage[name])
+        numeric = all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in raw)
+        labels = sorted(set(map(str, raw))) if not numeric else None
+        values = np.asarray(raw, float) if numeric else np.array([labels.index(str(v)) for v in raw], float)
+        for c, run in zip(colors, ids):
+            mine = runs == run
+            panel.step([*steps[mine], end], [*values[mine], values[mine][-1]], where="post", color=c, lw=1)
+        if numeric and values.min() > 0 and values.max() / values.min() > 10:
+            panel.set_yscale("log")
+        if labels is not None:
+            panel.set_yticks(range(len(labels)), labels)
+        panel.set_ylabel(name)
+        panel.grid(alpha=0.3)
+    tree = panels[-1, 0]
+    row = {run: i for i, run in enumerate(ids)}
+    for c, run in zip(colors, ids):
+        tree.plot([0, end], [row[run]] * 2, color=c, lw=1)
+    for t in times[1:]:
+        here = steps == t
+        for run, parent in zip(runs[here], parents[here]):
+            if parent < 0:
+                tree.plot([t], [row[run]], "o", color="black", ms=3)
+            elif parent != run:
+                tree.annotate("", xy=(t, row[run]), xytext=(t, row[parent]),
+                              arrowprops={"arrowstyle": "->", "color": "black", "lw": 0.7})
+    tree.set_ylabel("run")
+    tree.set_xlabel("environment steps per run")
+    panels[0, 0].set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def save_figure(fig, path: str | None):
     """Saves ``fig`` atomically as PNG to ``path`` (and closes it); returns ``fig``."""
     if path is not None:
