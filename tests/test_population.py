@@ -140,7 +140,8 @@ def test_scores_are_the_windows_mean_return_and_nan_without_episodes():
 
 
 PBT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, "updates_per_chunk": 2, "hidden": [16]},
-       "run": {"steps": 8 * 16 * 2 * 6, "seeds": 2, "progress": False, "checkpoint_every": 1},
+       "run": {"steps": 8 * 16 * 2 * 6, "seeds": 2, "progress": False, "checkpoint_every": 1, "eval_every": 512,
+               "eval_episodes": 2, "log": "csv,tensorboard"},
        "sweep": {"grid": {"preset": ["ippo", "mappo"]}, "random": {"lr": {"loguniform": [1e-3, 1e-2]}}, "samples": 2,
                  "schedule": "pbt", "ready": 2, "fraction": 0.25, "resample": 0.3}}
 
@@ -186,6 +187,9 @@ def test_a_killed_pbt_sweep_resumes_bitwise(straight, tmp_path, chunks):
     for metric in ("loss", "return"):
         np.testing.assert_array_equal(read_csv(str(tmp_path / "killed" / "metrics.csv"))[metric],
                                       read_csv(str(run_dir / "metrics.csv"))[metric])
+    for metric in ("return", "episode_length"):  # evaluation during training sees the same learners
+        np.testing.assert_array_equal(read_csv(str(tmp_path / "killed" / "eval.csv"))[metric],
+                                      read_csv(str(run_dir / "eval.csv"))[metric])
 
 
 def test_a_diverged_member_is_replaced_and_the_sweep_goes_on(tmp_path):
