@@ -172,6 +172,11 @@ def test_a_pbt_sweep_steps_in_one_program_and_writes_its_lineage(straight):
         assert copied.sum() == 2  # floor(8 × 0.25)
         assert set(np.asarray(lineage["preset"])[rows]) <= {"ippo", "mappo"}
         assert ((lineage["lr"][rows] >= 1e-3 * (1 - 1e-6)) & (lineage["lr"][rows] <= 1e-2 * (1 + 1e-6))).all()
+    # with evaluation on, the runs are ranked on it: each step's scores are that update's evaluation
+    evals = read_csv(str(run_dir / "eval.csv"))
+    for step in steps[1:]:
+        rows, at = lineage["env_steps"] == step, evals["env_steps"] == step
+        np.testing.assert_allclose(lineage["score"][rows], evals["return"][at], rtol=1e-5)
 
 
 @pytest.mark.parametrize("chunks", [3, 4])
@@ -331,11 +336,13 @@ def reference_ancestry(lineage, run_id):
     return chain[::-1]
 
 
-def test_the_best_members_schedule_replays_through_the_cli(straight, tmp_path):
+def test_the_best_members_schedule_replays_through_the_cli(tmp_path):
     from jaxpo import cli
     from jaxpo.experiments.experiment import load_yaml
 
-    result, run_dir = straight
+    # scored on the training return (no evaluation), where this sweep's best learner changes values on its way
+    result = jaxpo.sweep(pbt(tmp_path, "sweep", eval_every=0, log="csv"))
+    run_dir = tmp_path / "sweep"
     replay = load_yaml(str(run_dir / "best_schedule.yaml"))
     lineage = read_csv(str(run_dir / "lineage.csv"))
     best = int(open(run_dir / "best_schedule.yaml").read().split("(run ")[1].split(")")[0])
@@ -355,6 +362,7 @@ def test_the_best_members_schedule_replays_through_the_cli(straight, tmp_path):
     assert cli.main(["train", "--config", str(run_dir / "best_schedule.yaml"), "--out", str(tmp_path),
                      "--no-progress"]) == 0
     replayed = tmp_path / f"{replay.run.name}"
+    assert replayed != run_dir
     rows = read_csv(str(replayed / "lineage.csv"))
     assert rows["env_steps"].tolist() == [0] + [s["env_steps"] for s in replay.sweep.segments]
     # until its first change the learner is its root ancestor's: the same seed, values and updates

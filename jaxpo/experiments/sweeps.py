@@ -29,7 +29,7 @@ from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_
 from jaxpo.experiments.settings import Setting, settings, sweepable, typed_spec
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.compiled import Trainer, trainer
-from jaxpo.program.parallel import agree, describe, is_main_process, padded_size
+from jaxpo.program.parallel import agree, describe, gather, is_main_process, padded_size
 from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group
 from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_steps_per_update
@@ -203,7 +203,10 @@ def _population(experiment: Experiment, program: Program) -> tuple[Hyper, Popula
                          f"{spec.population}) times sweep.fraction {spec.fraction} is less than one run; use more "
                          f"runs or a larger fraction")
     kind = Halving if spec.schedule == "halving" else Population
-    return hyper, kind(table, codes, spec.ready, spec.schedule_seed, [run.seed for run in program.runs])
+    population = kind(table, codes, spec.ready, spec.schedule_seed, [run.seed for run in program.runs])
+    if experiment.run.eval_every:  # rank on the evaluation's metric where it is on
+        population.scorer = _eval_scorer(program, experiment.run)
+    return hyper, population
 
 
 def _code(axis: Axis, value: Any) -> float:
@@ -464,12 +467,16 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
 
 def best_schedule(result: SweepResult) -> tuple[Run, Experiment] | None:
     """A PBT sweep's best final member (by PBT's own score: the mean return over the last
-    ``ready`` chunks) and the experiment that replays its schedule (``sweep.schedule:
+    ``ready`` chunks, or with evaluation on, its final learner's) and the experiment that replays its schedule (``sweep.schedule:
     replay``): the values its learner lived under, segment by segment, from its first
     ancestor's seed. None when no run has a finite score."""
     (program,) = result.programs
     population = program.population
-    scores = window_scores(program.metrics[population.metric], population.ready * program.config.updates_per_chunk)
+    if population.scorer is not None:  # evaluation on: the final learners' evaluation
+        scores = population.scorer(program.state, program.num_updates)
+    else:
+        scores = window_scores(program.metrics[population.metric],
+                               population.ready * program.config.updates_per_chunk)
     if not np.isfinite(scores).any():
         return None
     best = int(np.nanargmax(scores))
@@ -569,6 +576,26 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard
     program.metrics = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     program.compiles = tr.compiles["chunk"] - compiles_before
     return index
+
+
+def _eval_scorer(program: Program, run: Any) -> Callable:
+    """PBT / halving scores with evaluation on: each run's mean return over
+    ``run.eval_episodes`` episodes from the evaluation's key stream at that update (the
+    episodes the Evaluator plays there), played on the devices from the sharded state."""
+    from jaxpo.program.learner import learner
+    from jaxpo.run.evaluate import play_episodes
+    from jaxpo.run.periodic_eval import eval_keys
+
+    num_runs, seeds = len(program.runs), [r.seed for r in program.runs]
+    env = learner(program.config).env
+    play = jax.jit(lambda params, keys: play_episodes(program.config, env, params, keys, run.eval_episodes,
+                                                      run.eval_greedy)[0].mean(axis=1))
+
+    def score(state, update: int) -> np.ndarray:
+        params = jax.tree.map(lambda x: x[:num_runs], state.params)
+        return np.asarray(gather(play(params, eval_keys(seeds, update))), np.float64)
+
+    return score
 
 
 def _write_lineage(program: Program, out_dir: str, last_chunk: int | None = None) -> None:

@@ -233,7 +233,8 @@ class Population:
     ``parents`` ``[R]`` (PBT: whose learner each run copied; halving: -1 where a new
     trial started), ``history`` (codes ``[R, A]`` after it) and ``scores`` ``[R]`` (what
     ranked the runs). ``ready``: chunks between steps; ``seed``: of the step's random
-    choices; ``metric``: the per-update metric scored over the last ``ready`` chunks."""
+    choices; ``metric``: the per-update metric scored over the last ``ready`` chunks,
+    unless ``scorer`` is set (with evaluation on: the evaluation's mean return)."""
 
     kind = "pbt"
 
@@ -252,6 +253,8 @@ class Population:
         self._compiled: dict[int, Any] = {}
         self.compiles = 0  # traces of the step (one per program and size)
         self.on_step: Callable[["Population"], None] | None = None  # after each step and load (lineage.csv)
+        # (state, updates so far) -> float [R] scores; None: the window's mean training return
+        self.scorer: Callable[[TrainState, int], np.ndarray] | None = None
 
     def due(self, chunk: int, num_chunks: int) -> bool:
         """A step follows chunk ``chunk`` (from 0) of a group of ``num_chunks``: every
@@ -276,7 +279,10 @@ class Population:
         chunk its key is folded from (default ``chunk``). Returns the new state and
         hyper (on the devices) and the parents ``[R]``."""
         num_runs = len(self.codes)
-        scores = window_scores(metrics[self.metric][:num_runs], self.ready * tr.config.updates_per_chunk)
+        if self.scorer is not None:
+            scores = np.asarray(self.scorer(state, (chunk + 1) * tr.config.updates_per_chunk), np.float64)
+        else:
+            scores = window_scores(metrics[self.metric][:num_runs], self.ready * tr.config.updates_per_chunk)
         size = int(jax.tree.leaves(state.params)[0].shape[0])
         index = chunk if key_index is None else key_index
         state, hyper, codes, parents = self._apply(tr, size, index, chunk, state, hyper, scores)
