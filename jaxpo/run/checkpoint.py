@@ -10,8 +10,9 @@ number of chunks the whole plan has trained (group after group). It holds
              reserves the item name "metrics")
     meta     JSON: format, jaxpo version, which group and chunk, the run table, the
              resolved experiment (or config) and digests of the traced values
-    population  (PBT sweeps only) the lineage so far and the runs' current Hyper, as
-             they were before the step that follows this chunk (resume repeats it)
+    population  (steered sweeps only: PBT, halving, replay) the population's history and
+             the runs' current Hyper, as they were before the step that follows this
+             chunk (resume repeats it)
 
 Zero-size leaves (the feed-forward carry ``[R, E, N, 0]``) are not saved (orbax refuses
 them) and are rebuilt as zeros. orbax writes a step into a temporary directory and
@@ -170,9 +171,9 @@ class Checkpointer(Hook):
                 "state_runs": int(jax.tree.leaves(event.state)[0].shape[0]), "pinned": sorted(self.pinned),
                 "leaves": {k: [list(v.shape), str(v.dtype)] for k, v in state.items()}}
         items = {"state": state, "history": metrics}
-        if event.population is not None:  # a PBT sweep: its lineage and the runs' current Hyper
+        if event.population is not None:  # a steered sweep: its history and the runs' current Hyper
             meta["population"] = True
-            items["population"] = dict(event.population)
+            items["population"] = dict(event.population())
         ocp = _ocp()
         self.manager.save(step, args=ocp.args.Composite(
             **{name: ocp.args.StandardSave(item) for name, item in items.items()},
@@ -225,7 +226,7 @@ class Restored:
     meta: dict[str, Any]
     metrics: dict[str, np.ndarray]
     state: Any = None
-    population: dict[str, np.ndarray] | None = None  # a PBT sweep's lineage and Hyper
+    population: dict[str, np.ndarray] | None = None  # a steered sweep's history and Hyper
 
     @property
     def chunk(self) -> int:

@@ -11,6 +11,7 @@ Plans of many groups (``jaxpo.experiments.sweeps.execute``, behind ``jaxpo.train
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any, Sequence
@@ -48,9 +49,10 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     ``pad_to``: run the program compiled for that many runs (≥ R); either way the runs
     are padded to a multiple of ``tr.run_multiple`` (the devices they are split over).
     ``guard``: checks every chunk first (default: a stopping ``NanGuard``). A
-    ``group.resumed`` group starts from its state and chunk. ``population``: a PBT
-    sweep's, stepped after every ``population.ready`` chunks (``jaxpo.run.population``);
-    its lineage and the runs' Hyper go into every event. Every process of a
+    ``group.resumed`` group starts from its state and chunk. ``population``: a steered
+    sweep's (PBT, halving, replay: ``jaxpo.run.population``), stepped after the chunks it
+    is ``due``; every event can fetch its history and the runs' Hyper for a checkpoint,
+    and a resumed group repeats the step that followed its saved chunk. Every process of a
     multi-process run calls this with the same arguments. Returns the final batched
     state (padding included; global arrays), metrics name -> float64 ``[R, U]`` (on
     every process; diverged runs NaN from their divergence) and the seconds of the
@@ -85,7 +87,7 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
         updates, env_steps = chunk_updates(tr.config, i)
         metrics, new = guard.check(group, updates, metrics, state.params)
         chunks.append(metrics)
-        saved = population.saved(hyper) if population is not None else None
+        saved = functools.partial(population.saved, hyper) if population is not None else None
         event = ChunkEvent(group, i, updates, env_steps, metrics, state, seconds, dict(guard.diverged), new, saved)
         if new:
             for hook in hooks:
@@ -103,8 +105,8 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
 
 def _population_step(tr: Trainer, population: Population, group: Group, chunk: int, state: TrainState, hyper: Hyper,
                      chunks: list[dict[str, np.ndarray]], guard: NanGuard) -> tuple[TrainState, Hyper]:
-    """PBT's exploit and explore after the group's chunk ``chunk``; runs that copied a
-    learner are no longer diverged."""
+    """The population's step after the group's chunk ``chunk``; runs whose learner was
+    replaced (copied, or a new trial) are no longer diverged."""
     returns = np.concatenate([c[population.metric] for c in chunks], axis=1)
     state, hyper, parents = population.step(tr, chunk, state, hyper, {population.metric: returns},
                                             key_index=group.chunk_offset + chunk)

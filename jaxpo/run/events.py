@@ -13,7 +13,7 @@ the driver.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class Resumed:
     chunk: int
     state: Any
     metrics: dict[str, np.ndarray]
-    population: Mapping[str, np.ndarray] | None = None  # a PBT sweep's lineage and Hyper (``Population.saved``)
+    population: Mapping[str, np.ndarray] | None = None  # a steered sweep's history and Hyper (``Population.saved``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,8 @@ class ChunkEvent:
     seconds: float
     diverged: Diverged = dataclasses.field(default_factory=dict)
     newly_diverged: tuple[int, ...] = ()
-    population: Mapping[str, np.ndarray] | None = None  # PBT: what a checkpoint keeps of it (before this chunk's step)
+    # a steered sweep: called, what a checkpoint keeps of its population (before this chunk's step)
+    population: Callable[[], Mapping[str, np.ndarray]] | None = None
 
 
 class Hook:

@@ -1,8 +1,9 @@
-"""Population-based training inside the compiled sweep: exploit and explore between chunks.
+"""Steered sweeps: population-based training, successive halving and schedule replay,
+between chunks of the compiled sweep.
 
 A PBT sweep trains its population (the runs of one static config, or each seed's runs)
 like any sweep; every ``ready`` chunks it ranks each population on a score (the mean
-return over the updates since the last step) and
+return over the updates since the last step; with evaluation on, the evaluation's) and
 
     exploit  the bottom ``fraction`` of each population copies the learner of a member
              of its top ``fraction``, drawn uniformly: actor and critic parameters,
@@ -17,8 +18,10 @@ return over the updates since the last step) and
 The step is one jitted function over the runs axis (``exploit_explore``: gathers by
 parent index), so it runs unchanged with the runs sharded over devices and processes;
 its random choices come from ``fold_in(PRNGKey(seed), chunk)``, so a resumed sweep
-repeats them bitwise. Only scores (from the metrics the host already holds), parent
-indices and axis values cross to the host.
+repeats them bitwise. Only scores, parent indices and axis values cross to the host.
+``Halving`` stops the bottom of each rung and refills the slot with a new trial
+(``refill``: a fresh init where stopped); ``Replay`` sets fixed values at chunk
+boundaries (what a PBT member's ``best_schedule.yaml`` trains).
 
 Axis values live in ``codes`` ``[R, A]`` float32: a number axis holds the value, a
 category axis the index of its value. ``Axis`` and ``PopulationTable`` describe them.
@@ -61,10 +64,6 @@ class Axis:
             raise ValueError(f"Axis.kind must be one of {KINDS}, got {self.kind!r}")
         if self.kind in ("values", "category") and not self.values:
             raise ValueError(f"axis {self.name!r} ({self.kind}) needs its values")
-
-    @property
-    def numeric(self) -> bool:
-        return self.kind != "category"
 
     @property
     def bounds(self) -> tuple[float, float]:
