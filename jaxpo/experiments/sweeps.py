@@ -36,7 +36,7 @@ from jaxpo.run.events import RUN_COLUMNS, Group, Hook, Run, close_hooks, env_ste
 from jaxpo.run.guard import NanGuard
 from jaxpo.run.loggers import MetricsCSV, ProgressBar, RunLogger, make_loggers, parse_loggers
 from jaxpo.run.periodic_eval import Evaluator
-from jaxpo.run.population import Axis, Halving, Population, PopulationTable, Replay, ancestry, window_scores
+from jaxpo.run.population import Axis, Halving, Population, PopulationTable, Replay, ancestry
 from jaxpo.run.report import (GROUP_STATS, ensure_writable, group_statistics, plot_curves, plot_population, read_csv,
                               run_summary, save_figure, file_name, write_atomic, write_csv, write_text)
 
@@ -97,6 +97,11 @@ class Program:
     @property
     def num_chunks(self) -> int:
         return self.num_updates // self.config.updates_per_chunk
+
+    @property
+    def steps_per_chunk(self) -> int:
+        """Env steps per run in one chunk."""
+        return self.config.updates_per_chunk * self.config.steps_per_update
 
     def groups(self) -> range:
         """The first run of each group."""
@@ -218,8 +223,7 @@ def _replay(experiment: Experiment, program: Program) -> tuple[tuple[Axis, ...],
     """A replay's axes (every name its segments set), the codes before the first segment
     (the experiment's own values) and each segment's codes by the group chunk after
     which they start."""
-    segments, names = experiment.sweep.segments, sweepable()
-    per_chunk = program.config.updates_per_chunk * program.config.steps_per_update
+    segments, names, per_chunk = experiment.sweep.segments, sweepable(), program.steps_per_chunk
     keys = list(dict.fromkeys(k for seg in segments for k in seg if k != "env_steps"))
     typed = []
     for i, seg in enumerate(segments):
@@ -467,22 +471,19 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
 
 def best_schedule(result: SweepResult) -> tuple[Run, Experiment] | None:
     """A PBT sweep's best final member (by PBT's own score: the mean return over the last
-    ``ready`` chunks, or with evaluation on, its final learner's) and the experiment that replays its schedule (``sweep.schedule:
-    replay``): the values its learner lived under, segment by segment, from its first
-    ancestor's seed. None when no run has a finite score."""
+    ``ready`` chunks, or with evaluation on, its final learner's evaluation) and the
+    experiment that replays its schedule (``sweep.schedule: replay``): the values its
+    learner lived under, segment by segment, from its first ancestor's seed. None when no
+    run has a finite score."""
     (program,) = result.programs
     population = program.population
-    if population.scorer is not None:  # evaluation on: the final learners' evaluation
-        scores = population.scorer(program.state, program.num_updates)
-    else:
-        scores = window_scores(program.metrics[population.metric],
-                               population.ready * program.config.updates_per_chunk)
+    scores = population.score(program.state, program.metrics[population.metric], program.num_updates,
+                              program.config.updates_per_chunk)
     if not np.isfinite(scores).any():
         return None
     best = int(np.nanargmax(scores))
     lives = ancestry(population, best)
-    axes = population.table.axes
-    per_chunk = program.config.updates_per_chunk * program.config.steps_per_update
+    axes, per_chunk = population.table.axes, program.steps_per_chunk
     decode = lambda codes: {axis.name: axis.decode(codes[a]) for a, axis in enumerate(axes)}
     start = decode(lives[0][2])
     segments, last = [], lives[0][2]
@@ -565,9 +566,9 @@ def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard
                                                   population=program.population)
         if program.population is not None and out_dir is not None and is_main_process():
             _write_lineage(program, out_dir, last_chunk=program.num_chunks - 1)  # the trials' final budgets
-            end = program.num_chunks * program.config.updates_per_chunk * program.config.steps_per_update
             figure = plot_population(read_csv(os.path.join(out_dir, "lineage.csv")),
-                                     [axis.name for axis in program.population.table.axes], end=end,
+                                     [axis.name for axis in program.population.table.axes],
+                                     end=program.num_chunks * program.steps_per_chunk,
                                      title=f"{program.config.env}: {program.population.kind}")
             save_figure(figure, os.path.join(out_dir, "population.png"))
         if math.isnan(program.first_chunk_seconds):
@@ -603,13 +604,12 @@ def _write_lineage(program: Program, out_dir: str, last_chunk: int | None = None
     and after every step, rewritten whole and atomically; ``last_chunk``: where the
     trials still training stand (default: the latest step)."""
     run_ids = [run.run_id for run in program.runs]
-    steps_per_chunk = program.config.updates_per_chunk * program.config.steps_per_update
 
     def write(pop: Population) -> None:
-        write_csv(os.path.join(out_dir, "lineage.csv"), *pop.lineage_rows(run_ids, steps_per_chunk))
+        write_csv(os.path.join(out_dir, "lineage.csv"), *pop.lineage_rows(run_ids, program.steps_per_chunk))
         if isinstance(pop, Halving):
             end = pop.chunks[-1] if last_chunk is None else last_chunk
-            write_csv(os.path.join(out_dir, "samples.csv"), *pop.trials(run_ids, steps_per_chunk, end))
+            write_csv(os.path.join(out_dir, "samples.csv"), *pop.trials(run_ids, program.steps_per_chunk, end))
 
     program.population.on_step = write
     write(program.population)

@@ -278,16 +278,21 @@ class Population:
         chunk its key is folded from (default ``chunk``). Returns the new state and
         hyper (on the devices) and the parents ``[R]``."""
         num_runs = len(self.codes)
-        if self.scorer is not None:
-            scores = np.asarray(self.scorer(state, (chunk + 1) * tr.config.updates_per_chunk), np.float64)
-        else:
-            scores = window_scores(metrics[self.metric][:num_runs], self.ready * tr.config.updates_per_chunk)
+        per_chunk = tr.config.updates_per_chunk
+        scores = self.score(state, metrics[self.metric][:num_runs], (chunk + 1) * per_chunk, per_chunk)
         size = int(jax.tree.leaves(state.params)[0].shape[0])
         index = chunk if key_index is None else key_index
         state, hyper, codes, parents = self._apply(tr, size, index, chunk, state, hyper, scores)
         self.codes = np.asarray(codes, np.float32)
         self.record(chunk, parents, scores)
         return state, hyper, parents
+
+    def score(self, state: TrainState, returns: np.ndarray, update: int, updates_per_chunk: int) -> np.ndarray:
+        """float64 ``[R]``: the runs' scores after ``update`` updates: ``scorer``'s, or the
+        mean of ``returns`` ``[R, U]`` over the last ``ready`` chunks."""
+        if self.scorer is not None:
+            return np.asarray(self.scorer(state, update), np.float64)
+        return window_scores(returns, self.ready * updates_per_chunk)
 
     def _apply(self, tr, size, key_index, chunk, state, hyper, scores):
         """PBT: exploit and explore on the devices."""
@@ -368,29 +373,32 @@ class Halving(Population):
 
     def _apply(self, tr, size, key_index, chunk, state, hyper, scores):
         num_runs = len(self.codes)
-        slot_trial, start = self._trials()
+        trials, start = self._slot_trials()
+
+        def rung(r: int, after: int, trial_of: np.ndarray) -> tuple[int, int]:  # (population, rung) of slot r's trial
+            return int(self.table.populations[r]), (after - start[int(trial_of[r])]) // self.ready
+
         records: dict[tuple[int, int], list[float]] = {}
-        for c, s, trial_of in self._rung_history():  # the scores of earlier steps, by (population, rung)
+        for after, earlier, trial_of in zip(self.chunks[1:], self.scores[1:], trials):  # earlier steps' scores
             for r in range(num_runs):
-                records.setdefault(self._rung_key(r, c, trial_of, start), []).append(_finite(s[r]))
-        keys = [self._rung_key(r, chunk, slot_trial, start) for r in range(num_runs)]
+                records.setdefault(rung(r, after, trial_of), []).append(_finite(earlier[r]))
+        keys = [rung(r, chunk, trials[-1]) for r in range(num_runs)]
         for r, key in enumerate(keys):
             records.setdefault(key, []).append(_finite(scores[r]))
         stopped = np.zeros(num_runs, bool)
         for r, key in enumerate(keys):
             n, better = len(records[key]), sum(v > _finite(scores[r]) for v in records[key])
             stopped[r] = better >= n - math.floor(n * self.table.fraction)
-        codes, trials = self.codes.copy(), slot_trial.copy()
-        next_trial = max(start) + 1
-        for r in np.flatnonzero(stopped):
-            trials[r], next_trial = next_trial, next_trial + 1
-            codes[r] = self.draw(trials[r])
+        codes, now = self.codes.copy(), trials[-1].copy()
+        for r in np.flatnonzero(stopped):  # the next trial numbers, in slot order
+            now[r] = len(start) + int(np.sum(stopped[:r]))
+            codes[r] = self.draw(now[r])
         table = self.table.padded(size)
         fn, replicated = self._jit(tr, size, lambda *a: refill(tr.learner.init, *a, table=table),
                                    lambda rep: (tr.state_sharding, tr.run_sharding))
         state, hyper = fn(state, hyper, put(_pad(codes, size), replicated),
                           put(np.concatenate([stopped, np.zeros(size - num_runs, bool)]), replicated),
-                          put(_pad(self.seeds, size), replicated), put(_pad(trials.astype(np.uint32), size), replicated))
+                          put(_pad(self.seeds, size), replicated), put(_pad(now.astype(np.uint32), size), replicated))
         return state, hyper, codes, np.where(stopped, -1, np.arange(num_runs))
 
     def draw(self, trial: int) -> np.ndarray:
@@ -408,29 +416,20 @@ class Halving(Population):
                 codes.append(axis.values[pick] if axis.kind == "values" else pick)
         return np.asarray(codes, np.float32)
 
-    def _trials(self) -> tuple[np.ndarray, dict[int, int]]:
-        """``(trial of each slot now [R], trial -> the chunk after which it started)``;
-        trials 0..R-1 start the sweep, each refill takes the next number in slot order."""
+    def _slot_trials(self) -> tuple[list[np.ndarray], dict[int, int]]:
+        """``(trials, start)``: ``trials[s]``, the trial in each slot after history entry
+        ``s`` (0: the start), and trial -> the group chunk after which it started (-1:
+        the sweep's start). Trials 0..R-1 start the sweep; each refill takes the next
+        number, in slot order."""
         slot_trial = np.arange(len(self.codes))
-        start = {t: -1 for t in slot_trial}
+        start = {int(t): -1 for t in slot_trial}
+        trials = [slot_trial.copy()]
         for chunk, parents in zip(self.chunks[1:], self.parents[1:]):
             for r in np.flatnonzero(parents < 0):
-                slot_trial[r] = max(start) + 1
-                start[slot_trial[r]] = chunk
-        return slot_trial, start
-
-    def _rung_history(self):
-        """Per earlier step: ``(chunk, scores [R], each slot's trial then)``."""
-        slot_trial = np.arange(len(self.codes))
-        start_count = len(slot_trial)
-        for chunk, parents, scores in zip(self.chunks[1:], self.parents[1:], self.scores[1:]):
-            yield chunk, scores, slot_trial.copy()
-            for r in np.flatnonzero(parents < 0):
-                slot_trial[r], start_count = start_count, start_count + 1
-
-    def _rung_key(self, r: int, chunk: int, trial_of: np.ndarray, start: dict[int, int]) -> tuple[int, int]:
-        """(population, rung) of slot ``r``'s trial after group chunk ``chunk``."""
-        return int(self.table.populations[r]), (chunk - start[int(trial_of[r])]) // self.ready
+                slot_trial[r] = len(start)
+                start[int(slot_trial[r])] = chunk
+            trials.append(slot_trial.copy())
+        return trials, start
 
     def trials(self, run_ids: Sequence[int], steps_per_chunk: int, last_chunk: int) -> tuple[list[str], list[list]]:
         """``(header, rows)`` of samples.csv: every trial, its run (slot), axis values,
@@ -438,26 +437,22 @@ class Halving(Population):
         those still training), the budget it got, its last score and the rung it reached."""
         header = ["trial", "run_id", "start_env_steps", "end_env_steps", "budget_env_steps", "last_score", "rung",
                   "stopped", *[a.name for a in self.table.axes]]
-        rows, slot_trial, trial = [], np.arange(len(self.codes)), len(self.codes)
-        begin = {r: (-1, self.history[0][r]) for r in range(len(self.codes))}  # slot -> (start chunk, codes)
-        last = {r: np.nan for r in range(len(self.codes))}
-
-        def close(r: int, end: int, stopped: bool) -> None:
-            started, codes = begin[r]
-            rows.append([int(slot_trial[r]), run_ids[r], (started + 1) * steps_per_chunk, (end + 1) * steps_per_chunk,
-                         (end - started) * steps_per_chunk, last[r], (end - started) // self.ready, stopped,
-                         *[axis.decode(codes[a]) for a, axis in enumerate(self.table.axes)]])
-
-        for chunk, parents, codes, scores in zip(self.chunks[1:], self.parents[1:], self.history[1:], self.scores[1:]):
-            for r in range(len(self.codes)):
-                last[r] = scores[r]
-                if parents[r] < 0:
-                    close(r, chunk, True)
-                    slot_trial[r], trial = trial, trial + 1
-                    begin[r], last[r] = (chunk, codes[r]), np.nan
-        for r in range(len(self.codes)):
-            close(r, last_chunk, False)
-        rows.sort(key=lambda row: row[0])
+        trials, start = self._slot_trials()
+        found: dict[int, dict[str, Any]] = {}  # trial -> its slot, codes, last score, the chunk it stopped after
+        for s, trial_of in enumerate(trials):
+            for r, trial in enumerate(trial_of):
+                found.setdefault(int(trial), {"slot": r, "codes": self.history[s][r], "last": np.nan, "end": None})
+            if s:  # step s scored the trials that held the slots before it, and replaced some
+                for r, trial in enumerate(trials[s - 1]):
+                    found[int(trial)]["last"] = self.scores[s][r]
+                    if trial_of[r] != trial:
+                        found[int(trial)]["end"] = self.chunks[s]
+        rows = []
+        for trial, t in sorted(found.items()):
+            began, end = start[trial], last_chunk if t["end"] is None else t["end"]
+            rows.append([trial, run_ids[t["slot"]], (began + 1) * steps_per_chunk, (end + 1) * steps_per_chunk,
+                         (end - began) * steps_per_chunk, t["last"], (end - began) // self.ready,
+                         t["end"] is not None, *[axis.decode(t["codes"][a]) for a, axis in enumerate(self.table.axes)]])
         return header, rows
 
 
