@@ -69,9 +69,21 @@ class Env:
     """Base class of array environments.
 
     Subclasses set the size attributes in ``__init__`` and implement ``reset`` and
-    ``step``. ``coupling`` is the ``[N, N]`` 0/1 adjacency with ``coupling[i, j] = 1``
-    when agent j's action can change agent i's reward (diagonal included), or None
-    when unknown.
+    ``step`` (pure, jittable and vmappable functions over arrays, agents stacked on
+    the first axis). ``coupling`` is the ``[N, N]`` 0/1 adjacency with
+    ``coupling[i, j] = 1`` when agent j's action can change agent i's reward
+    (diagonal included), or None when unknown.
+
+    Attributes:
+        name: the environment's name (``"env"`` unless a subclass sets it).
+        num_agents: N, the number of agents.
+        obs_dim: O, the width of an agent's flattened observation.
+        num_actions: A, the number of discrete actions, or the action vector's width
+            for continuous environments (the largest agent's; smaller ones padded).
+        continuous: whether actions are float vectors ``[N, A]`` (True) or indices ``[N]``.
+        global_state_dim: S, the width of each agent's global-state view for
+            centralised critics; None when the environment has none.
+        max_steps: the episode's time limit in steps (truncation).
     """
 
     name: str = "env"
@@ -84,18 +96,53 @@ class Env:
 
     @property
     def coupling(self) -> np.ndarray | None:
+        """The ``[N, N]`` 0/1 coupling graph, or None when unknown (the base class's answer).
+
+        ``coupling[i, j] = 1`` when agent j's action can change agent i's reward
+        (diagonal included); the ``khop`` support preset is built from it.
+        """
         return None
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
-        """An agent's observation before it was flattened to ``obs_dim`` values, row-major:
-        ``(H, W, C)`` for images (a CNN can view it back), ``(obs_dim,)`` for vectors."""
+        """An agent's observation before it was flattened to ``obs_dim`` values, row-major.
+
+        ``(H, W, C)`` for images (a CNN can view it back), ``(obs_dim,)`` for vectors
+        (the base class's answer).
+        """
         return (self.obs_dim,)
 
     def reset(self, key: jax.Array) -> tuple[Any, TimeStep]:
+        """Starts an episode.
+
+        Args:
+            key: a JAX PRNG key.
+
+        Returns:
+            ``(state, timestep)``: the environment state (any pytree) and the first
+                ``TimeStep`` (``obs`` ``[N, O]``, ``reward`` ``[N]`` of zeros).
+
+        Raises:
+            NotImplementedError: in the base class; subclasses implement it.
+        """
         raise NotImplementedError
 
     def step(self, key: jax.Array, state: Any, actions: jax.Array) -> tuple[Any, TimeStep]:
+        """Advances the episode by one step of every agent.
+
+        Args:
+            key: a JAX PRNG key.
+            state: the state ``reset`` or the previous ``step`` returned.
+            actions: int32 ``[N]`` (one index per agent) for discrete environments, float32
+                ``[N, A]`` (one action vector per agent) for continuous ones.
+
+        Returns:
+            ``(state, timestep)``: the next state and its ``TimeStep`` (``obs`` ``[N, O]``,
+                ``reward`` ``[N]``, ``terminated`` / ``truncated`` ``[]``).
+
+        Raises:
+            NotImplementedError: in the base class; subclasses implement it.
+        """
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -113,7 +160,11 @@ class AutoReset(Env):
     step that ended the old one, and keeps that step's own observation in
     ``final_obs`` / ``final_global_state`` so truncated episodes bootstrap correctly.
     Under ``vmap`` both branches are evaluated (a ``select``), as with any batched
-    conditional.
+    conditional. The size attributes are the wrapped environment's, and any other
+    attribute (``render``, reference policies, ...) is looked up on it.
+
+    Args:
+        env: the environment to wrap.
     """
 
     def __init__(self, env: Env):
@@ -123,20 +174,45 @@ class AutoReset(Env):
 
     @property
     def coupling(self) -> np.ndarray | None:
+        """The wrapped environment's ``[N, N]`` 0/1 coupling graph, or None when unknown."""
         return self.env.coupling
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
+        """The wrapped environment's observation shape before flattening (``(H, W, C)`` or ``(obs_dim,)``)."""
         return self.env.obs_shape
 
     def __getattr__(self, name: str) -> Any:  # env-specific extras (render, reference policies, ...)
         return getattr(self.env, name)
 
     def reset(self, key: jax.Array) -> tuple[Any, TimeStep]:
+        """Starts an episode of the wrapped environment.
+
+        Args:
+            key: a JAX PRNG key.
+
+        Returns:
+            ``(state, timestep)``: the wrapped environment's state and first ``TimeStep``,
+                with ``final_obs`` / ``final_global_state`` set to its ``obs`` / ``global_state``.
+        """
         state, ts = self.env.reset(key)
         return state, ts.replace(final_obs=ts.obs, final_global_state=ts.global_state)
 
     def step(self, key: jax.Array, state: Any, actions: jax.Array) -> tuple[Any, TimeStep]:
+        """Steps the wrapped environment and, where the episode ended, starts a new one.
+
+        Args:
+            key: a JAX PRNG key (split into the step's and the reset's).
+            state: the state ``reset`` or the previous ``step`` returned.
+            actions: int32 ``[N]`` for discrete environments, float32 ``[N, A]`` for continuous ones.
+
+        Returns:
+            ``(state, timestep)``: when the step ended the episode (``done``), the new
+                episode's state, ``obs``, ``action_mask`` and ``global_state``, else the
+                step's; ``reward``, ``terminated``, ``truncated`` and ``won`` are always the
+                step's, and ``final_obs`` / ``final_global_state`` the step's own
+                observation and global state (``[N, O]`` / ``[N, S]``).
+        """
         key_step, key_reset = jax.random.split(key)
         next_state, ts = self.env.step(key_step, state, actions)
         reset_state, reset_ts = self.env.reset(key_reset)

@@ -56,13 +56,26 @@ def _check_support(x: chex.Array, S: chex.Array | NeighbourLists, name: str, by_
 def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourLists) -> chex.Array:
     """Term advantages ``Â_i = Σ_j S_A[i, j] A_j``.
 
+    Computed at full matmul precision (dense) or as a gather and sum (neighbour lists).
+
     Args:
-      advantages: ``[..., N]`` per-agent advantages A_j.
-      S_A: ``[N, N]`` advantage support (row i = weights of term i), or its row lists
-        (``jaxpo.sparse.NeighbourLists``, ``[N, K]`` leaves: O(N·K) instead of O(N²)).
+        advantages: ``[..., N]`` per-agent advantages A_j (any leading axes, agent axis last).
+        S_A: ``[N, N]`` advantage support (row i = weights of term i), or its row lists
+            (``jaxpo.sparse.NeighbourLists`` with ``by_column=False``, ``[N, K]`` leaves:
+            O(N·K) instead of O(N²)); may be traced.
 
     Returns:
-      ``[..., N]`` term advantages Â_i.
+        ``[..., N]`` term advantages Â_i.
+
+    Raises:
+        ValueError: if ``advantages`` has no trailing agent axis, or ``S_A`` as neighbour
+            lists lists columns or does not stand for an ``[N, N]`` matrix.
+        AssertionError: if a dense ``S_A`` is not ``[N, N]`` (chex shape check).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> aggregate_advantages(jnp.array([1.0, 2.0, 3.0]), jnp.ones((3, 3))).tolist()
+        [6.0, 6.0, 6.0]
     """
     _check_support(advantages, S_A, "S_A", by_column=False)
     if isinstance(S_A, NeighbourLists):
@@ -73,13 +86,26 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
 def aggregate_log_ratio(log_ratio: chex.Array, S_R: chex.Array | NeighbourLists) -> chex.Array:
     """Log of the term importance weights ``log ρ̄_i = Σ_k S_R[k, i] log ρ_k``.
 
+    Computed at full matmul precision (dense) or as a gather and sum (neighbour lists).
+
     Args:
-      log_ratio: ``[..., N]`` per-agent ``log π_k(a_k|o_k) − log π_k,old(a_k|o_k)``.
-      S_R: ``[N, N]`` 0/1 ratio support (column i = factors of term i), or its column
-        lists (``NeighbourLists`` with ``by_column=True``, ``[N, K]`` leaves).
+        log_ratio: ``[..., N]`` per-agent ``log π_k(a_k|o_k) − log π_k,old(a_k|o_k)``.
+        S_R: ``[N, N]`` 0/1 ratio support (column i = factors of term i), or its column
+            lists (``NeighbourLists`` with ``by_column=True``, ``[N, K]`` leaves); may be traced.
 
     Returns:
-      ``[..., N]`` ``log ρ̄_i``.
+        ``[..., N]`` ``log ρ̄_i``.
+
+    Raises:
+        ValueError: if ``log_ratio`` has no trailing agent axis, or ``S_R`` as neighbour
+            lists lists rows or does not stand for an ``[N, N]`` matrix.
+        AssertionError: if a dense ``S_R`` is not ``[N, N]`` (chex shape check).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> S_R = jnp.array([[1.0, 1.0], [0.0, 1.0]])  # term 1 weighs ρ_0 ρ_1
+        >>> aggregate_log_ratio(jnp.array([0.25, 0.5]), S_R).tolist()
+        [0.25, 0.75]
     """
     _check_support(log_ratio, S_R, "S_R", by_column=True)
     if isinstance(S_R, NeighbourLists):
@@ -91,18 +117,24 @@ def normalize_advantages(advantages: chex.Array, scope: str, axis_name: str | No
     """Standardise advantages: ``(A − mean) / (std + 1e-8)``.
 
     Args:
-      advantages: ``[B..., N]`` (any leading axes, agent axis last).
-      scope: static string. ``"none"`` returns the input; ``"batch"`` uses one
-        mean/std over all entries; ``"agent"`` uses a mean/std per agent over all
-        leading axes.
-      axis_name: when the batch is split into equal shares over the devices of this
-        mapped axis, the statistics are those of the whole batch.
+        advantages: ``[B..., N]`` (any leading axes, agent axis last).
+        scope: static string, one of ``NORMALIZE_SCOPES``. ``"none"`` returns the input;
+            ``"batch"`` uses one mean/std over all entries; ``"agent"`` uses a mean/std per
+            agent over all leading axes.
+        axis_name: when the batch is split into equal shares over the devices of this
+            mapped axis, the statistics are those of the whole batch; None: one device.
 
     Returns:
-      ``[B..., N]`` normalised advantages.
+        ``[B..., N]`` normalised advantages (``advantages`` itself for ``"none"``).
 
     Raises:
-      ValueError: if ``scope`` is not one of ``"none"``, ``"batch"``, ``"agent"``.
+        ValueError: if ``scope`` is not one of ``"none"``, ``"batch"``, ``"agent"``, or
+            ``advantages`` is a scalar (no trailing agent axis).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> normalize_advantages(jnp.array([[1.0, 2.0], [3.0, 4.0]]), "agent").tolist()
+        [[-1.0, -1.0], [1.0, 1.0]]
     """
     if scope not in NORMALIZE_SCOPES:
         raise ValueError(f"scope must be one of {NORMALIZE_SCOPES}; got {scope!r}")
@@ -123,22 +155,61 @@ WEIGHT_MOMENTS = ("rho_dev", "rho_dev_sq", "rho_max")
 
 
 def weight_moments(rho_bar: chex.Array) -> dict[str, chex.Array]:
-    """Moments of the term importance weights ``ρ̄`` (any shape) that combine exactly over
-    equal-sized batches: ``rho_dev = mean(ρ̄ − 1)``, ``rho_dev_sq = mean((ρ̄ − 1)²)``
-    (centred at 1, the value at θ_old, so the variance ``rho_dev_sq − rho_dev²`` keeps its
-    precision when ρ̄ is near 1) and ``rho_max = max ρ̄``."""
+    """Moments of the term importance weights ``ρ̄`` that combine exactly over equal-sized batches.
+
+    ``rho_dev = mean(ρ̄ − 1)``, ``rho_dev_sq = mean((ρ̄ − 1)²)`` (centred at 1, the value
+    at θ_old, so the variance ``rho_dev_sq − rho_dev²`` keeps its precision when ρ̄ is
+    near 1) and ``rho_max = max ρ̄``. Means combine over devices by ``pmean``, the
+    maximum by ``pmax``.
+
+    Args:
+        rho_bar: term importance weights ρ̄, any shape (e.g. ``[B, N]``).
+
+    Returns:
+        Dict with the scalar arrays ``"rho_dev"``, ``"rho_dev_sq"`` and ``"rho_max"``
+        (the keys of ``WEIGHT_MOMENTS``).
+    """
     dev = rho_bar - 1.0
     return {"rho_dev": jnp.mean(dev), "rho_dev_sq": jnp.mean(jnp.square(dev)), "rho_max": jnp.max(rho_bar)}
 
 
 def clip_fraction(rho_bar: chex.Array, clip_eps: chex.Numeric) -> chex.Array:
-    """Fraction of the importance weights ``ρ̄`` (any shape) with ``|ρ̄ − 1| > ε``."""
+    """Fraction of the importance weights ``ρ̄`` with ``|ρ̄ − 1| > ε``.
+
+    Args:
+        rho_bar: importance weights ρ̄, a float array of any shape (e.g. ``[B, N]``).
+        clip_eps: scalar clip range ε; may be traced.
+
+    Returns:
+        Scalar array in ``[0, 1]``, of ``rho_bar``'s dtype.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> float(clip_fraction(jnp.array([1.0, 1.3, 0.7, 1.1]), 0.2))
+        0.5
+    """
     return jnp.mean((jnp.abs(rho_bar - 1.0) > clip_eps).astype(rho_bar.dtype))
 
 
 def mean_std(x: chex.Array, axes: tuple[int, ...] | None, axis_name: str | None = None) -> tuple[chex.Array, chex.Array]:
-    """Mean and standard deviation of ``x`` over ``axes`` (None: all), kept as size-1
-    axes; with ``axis_name``, over the equal shares of ``x`` on every device of that axis."""
+    """Mean and (population) standard deviation of ``x`` over ``axes``, kept as size-1 axes.
+
+    Args:
+        x: float array of any shape.
+        axes: the axes to reduce; None: all of them.
+        axis_name: a mapped axis over whose devices ``x`` is split into equal shares; the
+            statistics are then those of the whole, gathered by ``pmean``. None: one device.
+
+    Returns:
+        ``(mean, std)``: two arrays of ``x``'s rank, with size 1 along ``axes`` (along
+        every axis when ``axes`` is None).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> mean, std = mean_std(jnp.array([[1.0, 2.0], [3.0, 4.0]]), (0,))
+        >>> mean.tolist(), std.tolist()
+        ([[2.0, 3.0]], [[1.0, 1.0]])
+    """
     mean = pmean(jnp.mean(x, axis=axes, keepdims=True), axis_name)
     return mean, jnp.sqrt(pmean(jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True), axis_name))
 
@@ -160,21 +231,30 @@ def policy_loss(
     (sum over terms, mean over the batch). The product ρ̄_i is clipped as one
     weight, not factor by factor.
 
+    ``old_log_prob`` and ``advantages`` are wrapped in ``stop_gradient``; the metrics
+    carry no gradient.
+
     Args:
-      log_prob: ``[B, N]`` per-agent ``log π_k(a_k|o_k)`` under the current policy.
-      old_log_prob: ``[B, N]`` the same under the behaviour policy.
-      advantages: ``[B, N]`` term advantages Â_i, already aggregated with S_A
-        (``aggregate_advantages``) and normalised.
-      S_R: ``[N, N]`` 0/1 ratio support or its column lists (``aggregate_log_ratio``);
-        may be traced.
-      clip_eps: scalar ε; may be traced.
-      weight_stats: static; also return the moments of ρ̄ (``weight_moments``).
+        log_prob: ``[B, N]`` per-agent ``log π_k(a_k|o_k)`` under the current policy.
+        old_log_prob: ``[B, N]`` the same under the behaviour policy.
+        advantages: ``[B, N]`` term advantages Â_i, already aggregated with S_A
+            (``aggregate_advantages``) and normalised.
+        S_R: ``[N, N]`` 0/1 ratio support or its column lists (``aggregate_log_ratio``);
+            may be traced.
+        clip_eps: scalar ε; may be traced.
+        weight_stats: static; also return the moments of ρ̄ (``weight_moments``).
 
     Returns:
-      ``(loss, metrics)``: scalar loss; metrics ``"clip_frac"`` (fraction of (b, i)
-      with ``|ρ̄_i − 1| > ε``) and ``"approx_kl"`` (mean over b and agents k of
-      ``(ρ_k − 1) − log ρ_k``, per-agent ratios), and with ``weight_stats`` the
-      ``WEIGHT_MOMENTS``.
+        ``(loss, metrics)``: the scalar loss, and a dict of scalar metrics: ``"clip_frac"``
+        (fraction of (b, i) with ``|ρ̄_i − 1| > ε``), ``"approx_kl"`` (mean over b and
+        agents k of ``(ρ_k − 1) − log ρ_k``, per-agent ratios) and, with ``weight_stats``,
+        the ``WEIGHT_MOMENTS``.
+
+    Raises:
+        AssertionError: if ``log_prob``, ``old_log_prob`` and ``advantages`` are not all
+            rank 2 with one shape, or a dense ``S_R`` is not ``[N, N]`` (chex checks).
+        ValueError: if ``S_R`` as neighbour lists lists rows or does not stand for an
+            ``[N, N]`` matrix.
     """
     chex.assert_rank([log_prob, old_log_prob, advantages], 2)
     chex.assert_equal_shape([log_prob, old_log_prob, advantages])
@@ -210,15 +290,22 @@ def value_loss(
 
     summed over agents, averaged over the batch; with ``huber_delta`` given, the
     clipped Huber loss ``value_loss_huber`` (MAPPO's critic loss) instead.
+    ``old_values`` and ``returns`` are wrapped in ``stop_gradient``.
 
     Args:
-      values: ``[B, N]`` current critic values.
-      old_values: ``[B, N]`` values at rollout time.
-      returns: ``[B, N]`` value targets.
-      clip_eps: scalar ε; may be traced.
+        values: ``[B, N]`` current critic values.
+        old_values: ``[B, N]`` values at rollout time.
+        returns: ``[B, N]`` value targets.
+        clip_eps: scalar ε; may be traced.
+        huber_delta: None for the squared error; otherwise the scalar Huber δ > 0 of
+            ``value_loss_huber`` (may be traced). Whether it is None is static.
 
     Returns:
-      Scalar loss.
+        Scalar loss.
+
+    Raises:
+        AssertionError: if ``values``, ``old_values`` and ``returns`` are not all rank 2
+            with one shape (chex checks).
     """
     if huber_delta is not None:
         return value_loss_huber(values, old_values, returns, clip_eps, delta=huber_delta)
@@ -243,11 +330,16 @@ def huber(x: chex.Array, delta: chex.Numeric) -> chex.Array:
     """Elementwise Huber function: ``½ x²`` for ``|x| ≤ δ``, ``δ (|x| − ½ δ)`` otherwise.
 
     Args:
-      x: float array of any shape.
-      delta: scalar δ > 0; may be traced.
+        x: float array of any shape.
+        delta: scalar δ > 0; may be traced.
 
     Returns:
-      Array shaped like ``x``.
+        Array shaped like ``x``.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> huber(jnp.array([0.5, -3.0]), 1.0).tolist()
+        [0.125, 2.5]
     """
     return optax.losses.huber_loss(x, delta=delta)
 
@@ -281,22 +373,38 @@ def value_loss_huber(
     ``|e| > d``, giving zero loss for errors below −δ — this follows HARL's
     ``harl/utils/models_tools.py``, the standard Huber function.
 
+    ``old_values`` and ``returns`` are wrapped in ``stop_gradient``.
+
     Args:
-      values: ``[B, N]`` current critic values.
-      old_values: ``[B, N]`` values at rollout time.
-      returns: ``[B, N]`` value targets.
-      clip_eps: scalar ε; may be traced.
-      delta: scalar Huber δ; may be traced.
-      clip: whether to take the max with the clipped loss; a bool, may be traced.
+        values: ``[B, N]`` current critic values.
+        old_values: ``[B, N]`` values at rollout time.
+        returns: ``[B, N]`` value targets.
+        clip_eps: scalar ε; may be traced.
+        delta: scalar Huber δ > 0; may be traced.
+        clip: whether to take the max with the clipped loss; a bool, may be traced.
 
     Returns:
-      Scalar loss.
+        Scalar loss.
+
+    Raises:
+        AssertionError: if ``values``, ``old_values`` and ``returns`` are not all rank 2
+            with one shape (chex checks).
     """
     return _clipped_value_loss(values, old_values, returns, clip_eps, lambda e: huber(e, delta), clip)
 
 
 def entropy_bonus(entropy: chex.Array) -> chex.Array:
-    """Policy entropy ``[B, N]`` summed over agents, averaged over the batch (scalar)."""
+    """Policy entropy summed over agents, averaged over the batch.
+
+    Args:
+        entropy: ``[B, N]`` per-agent policy entropies.
+
+    Returns:
+        Scalar ``mean_b Σ_k entropy[b, k]``.
+
+    Raises:
+        AssertionError: if ``entropy`` is not rank 2 (chex check).
+    """
     chex.assert_rank(entropy, 2)
     return jnp.mean(jnp.sum(entropy, axis=-1))
 
@@ -318,16 +426,36 @@ def ppo_loss(
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """Total loss ``policy_loss + vf_coef · value_loss − ent_coef · entropy_bonus``.
 
-    All per-agent inputs are ``[B, N]``; ``advantages`` are the aggregated,
-    normalised Â_i; ``S_R`` is ``[N, N]`` or its column lists. ``clip_eps`` is used
-    for both the policy ratio and the value clipping. Every scalar and S_R may be traced. The value loss
-    is ``value_loss`` (squared error), or ``value_loss_huber`` with δ = ``huber_delta``
-    when that is given (MAPPO's critic loss).
+    ``clip_eps`` is used for both the policy ratio and the value clipping. Every scalar
+    and S_R may be traced. The value loss is ``value_loss`` (squared error), or
+    ``value_loss_huber`` with δ = ``huber_delta`` when that is given (MAPPO's critic loss).
+
+    Args:
+        log_prob: ``[B, N]`` per-agent ``log π_k(a_k|o_k)`` under the current policy.
+        old_log_prob: ``[B, N]`` the same under the behaviour policy.
+        advantages: ``[B, N]`` term advantages Â_i, aggregated with S_A and normalised.
+        values: ``[B, N]`` current critic values.
+        old_values: ``[B, N]`` critic values at rollout time.
+        returns: ``[B, N]`` value targets.
+        entropy: ``[B, N]`` per-agent policy entropies under the current policy.
+        S_R: ``[N, N]`` 0/1 ratio support or its column lists (``NeighbourLists`` with
+            ``by_column=True``).
+        clip_eps: scalar ε for the policy ratio and the value clipping.
+        vf_coef: scalar weight of the value loss.
+        ent_coef: scalar weight of the entropy bonus (subtracted).
+        huber_delta: None for the squared-error value loss, else the scalar Huber δ > 0.
+        weight_stats: static; also return the ``WEIGHT_MOMENTS`` of ρ̄.
 
     Returns:
-      ``(loss, metrics)``; metrics (scalars): ``"policy_loss"``, ``"value_loss"``,
-      ``"entropy"``, ``"clip_frac"``, ``"approx_kl"``, ``"loss"``, and with
-      ``weight_stats`` (static) the ``WEIGHT_MOMENTS`` of ρ̄.
+        ``(loss, metrics)``: the scalar total loss, and a dict of scalar metrics
+        ``"policy_loss"``, ``"value_loss"``, ``"entropy"``, ``"clip_frac"``,
+        ``"approx_kl"``, ``"loss"`` and, with ``weight_stats``, the ``WEIGHT_MOMENTS`` of ρ̄.
+
+    Raises:
+        AssertionError: if the per-agent inputs are not all rank 2 of one shape ``[B, N]``
+            or a dense ``S_R`` is not ``[N, N]`` (chex checks).
+        ValueError: if ``S_R`` as neighbour lists lists rows or does not stand for an
+            ``[N, N]`` matrix.
     """
     chex.assert_equal_shape([log_prob, values, entropy])
     pi_loss, pi_metrics = policy_loss(log_prob, old_log_prob, advantages, S_R, clip_eps, weight_stats)

@@ -71,16 +71,26 @@ def _check_positive_int(n: Any, arg: str) -> int:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Support:
-    """A pair of support matrices; see the module docstring for the conventions.
+    """A pair of support matrices (S_A, S_R); see the module docstring for the conventions.
+
+    Construction converts both matrices to read-only float32 numpy arrays (lists, numpy
+    or jax arrays of bool, int or float are accepted); it checks only their dtype, and
+    ``validate()`` checks the structure. The presets and ``custom`` return validated
+    supports. Instances are frozen and compare by identity (``eq=False``).
 
     Attributes:
-      S_A: float32 [N, N], non-negative advantage weights; ``Â_i = Σ_j S_A[i, j] A_j``.
-      S_R: float32 [N, N], 0/1; ``S_R[k, i] = 1`` iff ρ_k is a factor of term i's weight.
-      name: label used in logs and ``describe()``.
+        S_A: float32 ``[N, N]``, non-negative advantage weights; ``Â_i = Σ_j S_A[i, j] A_j``.
+        S_R: float32 ``[N, N]``, 0/1; ``S_R[k, i] = 1`` iff ρ_k is a factor of term i's weight.
+        name: label used in logs and ``describe()``.
 
-    Construction converts both matrices to read-only float32 numpy arrays (any
-    non-numeric input raises ValueError); ``validate()`` checks the structure. The
-    presets and ``custom`` return validated supports.
+    Raises:
+        ValueError: if ``S_A`` or ``S_R`` is not a numeric array (ragged, string, object or
+            complex input), or ``name`` is not a str.
+
+    Examples:
+        >>> import numpy as np
+        >>> Support(S_A=np.ones((2, 2)), S_R=np.eye(2), name="team").validate().num_agents
+        2
     """
 
     S_A: np.ndarray
@@ -95,18 +105,40 @@ class Support:
 
     @property
     def num_agents(self) -> int:
-        """N, the number of agents (rows of S_A)."""
+        """N, the number of agents (rows of ``S_A``), as an int."""
         return int(self.S_A.shape[0])
 
     def signal(self) -> np.ndarray:
-        """The signal matrix ``S̃ = S_R @ S_A``, float32 [N, N] (accumulated in float64).
+        """The signal matrix ``S̃ = S_R @ S_A``.
 
-        Row k holds the weights of every agent's advantage in agent k's policy gradient.
+        Row k holds the weights of every agent's advantage in agent k's policy gradient:
+        at θ = θ_old it is ``Σ_j S̃[k, j] · E[∇log π_k · A_j]``.
+
+        Returns:
+            float32 ``[N, N]`` array ``S_R @ S_A`` (the product is accumulated in float64).
+
+        Examples:
+            >>> mappo(2).signal()
+            array([[1., 1.],
+                   [1., 1.]], dtype=float32)
         """
         return (self.S_R.astype(np.float64) @ self.S_A.astype(np.float64)).astype(np.float32)
 
     def canonical(self) -> Support:
-        """The equivalent support ``(S̃, I)``: same signal, per-agent ratios only."""
+        """The equivalent support ``(S̃, I)``: same signal, per-agent ratios only.
+
+        The expected objective depends on ``(S_A, S_R)`` only through ``S̃ = S_R @ S_A``,
+        so the canonical form trains to the same expected gradient at θ = θ_old.
+
+        Returns:
+            A new Support with ``S_A = self.signal()``, ``S_R = I`` (``[N, N]``) and name
+            ``"canonical(<name>)"``; it is not validated.
+
+        Examples:
+            >>> joint(2).canonical().S_A
+            array([[2., 2.],
+                   [2., 2.]], dtype=float32)
+        """
         return Support(
             S_A=self.signal(),
             S_R=np.eye(self.num_agents, dtype=np.float32),
@@ -122,6 +154,19 @@ class Support:
         ``S_R @ S_A`` non-zero. Rows of S̃ index *agents*: agent k's policy gradient
         is ``Σ_j S̃[k, j] E[∇log π_k A_j]``, so a zero row k means agent k's policy
         never receives a gradient (it is not trained at all).
+
+        Args:
+            num_agents: the environment's agent count N, a positive int; None skips the
+                agent-count check.
+
+        Returns:
+            ``self``, so that calls chain (``Support(...).validate()``).
+
+        Raises:
+            ValueError: if a matrix is not a square 2-D ``[N, N]`` array, the shapes differ,
+                N is 0, ``num_agents`` is not a positive int or differs from N, an entry
+                is not finite or is negative, an S_R entry is neither 0 nor 1, the signal
+                matrix overflows float32, or a row of the signal matrix is all zero.
         """
         for arg, m in (("S_A", self.S_A), ("S_R", self.S_R)):
             if m.ndim != 2 or m.shape[0] != m.shape[1]:
@@ -174,7 +219,19 @@ class Support:
         """Human-readable summary: name, S_A, S_R and the signal matrix side by side.
 
         Zeros print as '.'. Above 16 agents the matrices are summarised per row
-        (non-zeros and row sums) instead of printed. Assumes a validated support.
+        (range of non-zeros and of row sums) instead of printed. A last line notes
+        when S_R = I (canonical form). Assumes a validated support.
+
+        Returns:
+            The multi-line summary, without a trailing newline.
+
+        Examples:
+            >>> print(mappo(2).describe())
+            Support 'mappo': N = 2 agents
+              S_A (advantage)   S_R (ratio)   signal = S_R @ S_A
+              1 1               1 .           1 1
+              1 1               . 1           1 1
+              S_R = I: per-agent ratios (canonical form)
         """
         n = self.num_agents
         sig = self.signal()
@@ -211,14 +268,34 @@ def _format_matrix(m: np.ndarray) -> list[str]:
 
 
 def ippo(n: int) -> Support:
-    """Independent: S_A = I, S_R = I (each agent its own advantage and ratio). [n, n]."""
+    """Independent PPO (IPPO): S_A = I, S_R = I (each agent its own advantage and ratio).
+
+    Args:
+        n: number of agents, a positive int.
+
+    Returns:
+        A validated Support named ``"ippo"`` with ``[n, n]`` matrices.
+
+    Raises:
+        ValueError: if ``n`` is not a positive int.
+    """
     n = _check_positive_int(n, "n")
     eye = np.eye(n, dtype=np.float32)
     return Support(S_A=eye, S_R=eye, name="ippo").validate()
 
 
 def mappo(n: int) -> Support:
-    """Team advantage, per-agent ratios: S_A = 11ᵀ, S_R = I. [n, n]."""
+    """MAPPO: team advantage, per-agent ratios: S_A = 11ᵀ, S_R = I.
+
+    Args:
+        n: number of agents, a positive int.
+
+    Returns:
+        A validated Support named ``"mappo"`` with ``[n, n]`` matrices.
+
+    Raises:
+        ValueError: if ``n`` is not a positive int.
+    """
     n = _check_positive_int(n, "n")
     return Support(
         S_A=np.ones((n, n), np.float32), S_R=np.eye(n, dtype=np.float32), name="mappo"
@@ -226,13 +303,30 @@ def mappo(n: int) -> Support:
 
 
 def happo(n: int, order: Sequence[int] | np.ndarray | None = None, seed: int = 0) -> Support:
-    """Matrix form of HAPPO: S_A = I, S_R order-triangular. [n, n].
+    """Matrix form of HAPPO: S_A = I, S_R order-triangular.
 
     ``S_R[k, i] = 1`` iff k precedes i in ``order`` or k == i, so term i's weight is
-    the product of the ratios of i and every agent before it. ``order`` is a
-    permutation of ``range(n)`` (``order[0]`` first); when None, it is
-    ``np.random.default_rng(seed).permutation(n)``. (Exact sequential HAPPO is an
-    update scheme, not a matrix; see docs/design.md §1.)
+    the product of the ratios of i and every agent before it. (Exact sequential HAPPO
+    is an update scheme, not a matrix; see docs/design.md §1.)
+
+    Args:
+        n: number of agents, a positive int.
+        order: the agent order, a permutation of ``range(n)`` as ints (shape ``[n]``,
+            ``order[0]`` first); when None, it is ``np.random.default_rng(seed).permutation(n)``.
+        seed: seed of the random order; used only when ``order`` is None.
+
+    Returns:
+        A validated Support named ``"happo"`` with ``[n, n]`` matrices.
+
+    Raises:
+        ValueError: if ``n`` is not a positive int, or ``order`` is not an integer
+            permutation of ``range(n)``.
+
+    Examples:
+        >>> happo(3, order=[2, 0, 1]).S_R
+        array([[1., 1., 0.],
+               [0., 1., 0.],
+               [1., 1., 1.]], dtype=float32)
     """
     n = _check_positive_int(n, "n")
     if order is None:
@@ -253,7 +347,19 @@ def happo(n: int, order: Sequence[int] | np.ndarray | None = None, seed: int = 0
 
 
 def joint(n: int) -> Support:
-    """Single-agent reduction: S_A = 11ᵀ, S_R = 11ᵀ (signal n·11ᵀ). [n, n]."""
+    """Single-agent reduction: S_A = 11ᵀ, S_R = 11ᵀ (signal n·11ᵀ).
+
+    Every term weighs the team advantage by the joint ratio of all agents.
+
+    Args:
+        n: number of agents, a positive int.
+
+    Returns:
+        A validated Support named ``"joint"`` with ``[n, n]`` matrices.
+
+    Raises:
+        ValueError: if ``n`` is not a positive int.
+    """
     n = _check_positive_int(n, "n")
     ones = np.ones((n, n), np.float32)
     return Support(S_A=ones, S_R=ones, name="joint").validate()
@@ -262,16 +368,30 @@ def joint(n: int) -> Support:
 def khop(adjacency: Any, k: int) -> Support:
     """κ-hop neighbourhood advantage: S_A = 1[(A_G + I)^k > 0], S_R = I.
 
-    Args:
-      adjacency: [N, N] coupling graph, 0/1 or bool (any non-zero is an edge), used
-        as given: ``adjacency[i, j] != 0`` means agent j's action can change agent
-        i's reward. Need not be symmetric.
-      k: hops, int ≥ 0 (k = 0 gives ippo's S_A = I).
-
     ``S_A[i, j] = 1`` iff there is a path i → … → j of at most k edges following
-    that direction. Reachability is computed by repeated 0/1 matrix products (exact
-    in float32 for N < 2^24, no overflow) and stops early at the fixed point, so a
-    large k costs at most diameter-many products.
+    the direction of ``adjacency``. Reachability is computed by repeated 0/1 matrix
+    products (exact in float32 for N < 2^24, no overflow) and stops early at the fixed
+    point, so a large k costs at most diameter-many products.
+
+    Args:
+        adjacency: ``[N, N]`` coupling graph, 0/1 or bool (any non-zero is an edge), used
+            as given: ``adjacency[i, j] != 0`` means agent j's action can change agent
+            i's reward. Need not be symmetric. Lists, numpy or jax arrays.
+        k: hops, int ≥ 0 (k = 0 gives ippo's S_A = I).
+
+    Returns:
+        A validated Support named ``khop_name(k)`` (``"khop(k=<k>)"``) with ``[N, N]``
+        matrices.
+
+    Raises:
+        ValueError: if ``adjacency`` is not a numeric, finite, square ``[N, N]`` array
+            with N ≥ 1, or ``k`` is not an int ≥ 0.
+
+    Examples:
+        >>> khop([[0, 1, 0], [0, 0, 1], [0, 0, 0]], k=1).S_A
+        array([[1., 1., 0.],
+               [0., 1., 1.],
+               [0., 0., 1.]], dtype=float32)
     """
     a = _as_matrix(adjacency, "adjacency")
     if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] == 0:
@@ -292,13 +412,31 @@ def khop(adjacency: Any, k: int) -> Support:
 
 
 def khop_name(k: int) -> str:
-    """The name of ``khop(G, k)``: ``khop(k=<k>)``."""
+    """The name that ``khop(G, k)`` gives its support.
+
+    Args:
+        k: the number of hops.
+
+    Returns:
+        ``"khop(k=<k>)"``, e.g. ``"khop(k=2)"`` for k = 2.
+    """
     return f"khop(k={k})"
 
 
 def preset_of_name(name: str) -> tuple[str, int | None] | None:
-    """``(preset, kappa)`` of a preset's own name (``"mappo"`` -> ``("mappo", None)``,
-    ``"khop(k=2)"`` -> ``("khop", 2)``); None for any other name."""
+    """Parses a preset's own support name back into ``(preset, kappa)``.
+
+    The inverse of the names the presets give: ``"mappo"`` -> ``("mappo", None)``,
+    ``"khop(k=2)"`` -> ``("khop", 2)``.
+
+    Args:
+        name: a Support's ``name``.
+
+    Returns:
+        ``(preset, kappa)``: the preset (one of ``PRESETS``) and, for khop, its hop
+        count (None for the other presets); None for any other name (including a
+        bare ``"khop"``).
+    """
     if name in PRESETS and name != "khop":
         return name, None
     match = re.fullmatch(re.escape(khop_name(0)).replace("0", r"(\d+)"), name)
@@ -306,7 +444,25 @@ def preset_of_name(name: str) -> tuple[str, int | None] | None:
 
 
 def custom(S_A: Any, S_R: Any, name: str = "custom") -> Support:
-    """A validated Support from any [N, N] matrices (lists, numpy or jax arrays)."""
+    """A validated Support from any ``[N, N]`` matrices (lists, numpy or jax arrays).
+
+    Args:
+        S_A: ``[N, N]`` non-negative advantage weights; ``Â_i = Σ_j S_A[i, j] A_j``.
+        S_R: ``[N, N]`` 0/1 ratio support; ``S_R[k, i] = 1`` iff ρ_k is a factor of term i.
+        name: label used in logs and ``describe()``.
+
+    Returns:
+        ``Support(S_A, S_R, name).validate()``.
+
+    Raises:
+        ValueError: if a matrix is not numeric, ``name`` is not a str, or the pair fails
+            ``Support.validate`` (shape, entries, or an agent without signal).
+
+    Examples:
+        >>> custom([[1, 1], [0, 1]], [[1, 0], [0, 1]], name="leader").signal()
+        array([[1., 1.],
+               [0., 1.]], dtype=float32)
+    """
     return Support(S_A=S_A, S_R=S_R, name=name).validate()
 
 
@@ -322,16 +478,31 @@ def make_support(
     """The single entry point used by the CLI and config: a named preset for ``num_agents``.
 
     Args:
-      preset: one of ``PRESETS``.
-      num_agents: the environment's agent count N.
-      kappa: hops for "khop" (default 1); an error for other presets.
-      coupling: the environment's [N, N] coupling graph, needed by "khop" and
-        ignored by the others (environments pass it whatever the preset).
-      order, seed: the agent order for "happo" (see ``happo``); ``order`` is an
-        error for other presets.
+        preset: one of ``PRESETS``: ``"ippo"``, ``"mappo"``, ``"happo"``, ``"joint"``, ``"khop"``.
+        num_agents: the environment's agent count N, a positive int.
+        kappa: hops for ``"khop"``, an int ≥ 0 (None: 1); must be None for other presets.
+        coupling: the environment's ``[N, N]`` coupling graph, needed by ``"khop"`` and
+            ignored by the others (environments pass it whatever the preset).
+        order: the agent order for ``"happo"``, a permutation of ``range(N)`` (see
+            ``happo``); must be None for other presets.
+        seed: seed of ``"happo"``'s random order when ``order`` is None; ignored otherwise.
 
     Returns:
-      A Support validated against ``num_agents``.
+        A Support validated against ``num_agents``, named as the preset names it
+        (e.g. ``"mappo"``, ``"khop(k=2)"``).
+
+    Raises:
+        ValueError: if ``preset`` is not one of ``PRESETS``, ``num_agents`` is not a
+            positive int, ``kappa`` is given for a preset other than ``"khop"`` or
+            ``order`` for one other than ``"happo"``, ``"khop"`` gets no ``coupling`` or
+            one that is not numeric ``[num_agents, num_agents]``, or the preset itself
+            rejects its arguments (see ``happo`` and ``khop``).
+
+    Examples:
+        >>> make_support("mappo", 3).name
+        'mappo'
+        >>> make_support("khop", 3, kappa=2, coupling=[[0, 1, 0], [0, 0, 1], [0, 0, 0]]).name
+        'khop(k=2)'
     """
     if not isinstance(preset, str) or preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {preset!r}")
@@ -368,8 +539,23 @@ def make_support(
 def stack_supports(supports: Iterable[Support]) -> tuple[np.ndarray, np.ndarray]:
     """Stacks supports for a vmapped sweep.
 
+    Each support is validated first.
+
+    Args:
+        supports: K ≥ 1 Supports, all with the same number of agents N.
+
     Returns:
-      (S_A, S_R), float32 arrays [K, N, N] for K supports with the same N.
+        ``(S_A, S_R)``: the stacked ``S_A`` and the stacked ``S_R``, each a float32
+        ``[K, N, N]`` array in the order given.
+
+    Raises:
+        ValueError: if ``supports`` is empty, an element is not a Support or fails
+            ``Support.validate``, or the supports differ in N.
+
+    Examples:
+        >>> S_A, S_R = stack_supports([ippo(3), mappo(3)])
+        >>> S_A.shape, S_R.shape
+        ((2, 3, 3), (2, 3, 3))
     """
     sups = list(supports)
     if not sups:

@@ -33,10 +33,15 @@ MATRIX_SUFFIXES = (".npz", ".json", ".yaml", ".yml")
 
 @dataclasses.dataclass(frozen=True)
 class SupportSpec:
-    """Which support matrices (S_A, S_R) runs train with.
+    """Which support matrices (S_A, S_R) runs train with: the ``support`` section.
+
+    Raises:
+        ValueError: on construction, if a field has the wrong type (the message names
+            ``support.<field>``).
 
     Attributes:
-        preset: a preset, or "custom" for the matrices in the file ``matrices``.
+        preset: a preset (``ippo``, ``mappo``, ``happo``, ``joint``, ``khop``), or ``custom``
+            for the matrices in the file ``matrices``.
         kappa: hops of the environment's coupling graph for preset khop (ignored otherwise).
         matrices: preset custom only: a file holding S_A and S_R as [N, N] arrays
             (.npz, or lists in .yaml / .json).
@@ -50,7 +55,20 @@ class SupportSpec:
         coerce_fields(self, "support")
 
     def build(self, env: Any) -> Support:
-        """The validated ``Support`` for ``env`` (its agent count and coupling graph)."""
+        """Builds the validated ``Support`` for an environment.
+
+        Args:
+            env: the environment (an ``Env``): its agent count N and coupling graph.
+
+        Returns:
+            The ``Support``, S_A and S_R ``[N, N]``.
+
+        Raises:
+            ValueError: if preset custom names no ``matrices`` file, ``matrices`` is given
+                with another preset, the file is missing, unreadable, of another suffix
+                or lacks S_A / S_R, the matrices are invalid or not ``[N, N]``, or the
+                preset cannot be built for ``env`` (khop without a coupling graph).
+        """
         if self.preset == "custom":
             if not self.matrices:
                 raise ValueError("support.matrices must name a file holding S_A and S_R when support.preset is 'custom'")
@@ -86,7 +104,16 @@ def load_matrices(path: str) -> Support:
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
-    """How long runs train, which seeds, and where results go (the program is unchanged).
+    """How long runs train, which seeds, and where results go: the ``run`` section.
+
+    Nothing here changes the compiled program.
+
+    Raises:
+        ValueError: on construction, naming ``run.<field>``: a value of the wrong type, an
+            unknown or repeated logger (or wandb not installed), a count below its minimum
+            (steps, seeds, bootstrap_reps, keep, eval_episodes, runs_per_group: >= 1; seed,
+            checkpoint_every, eval_every, absolute_episodes: >= 0), checkpoint_every without
+            checkpoint, or a name that is not a plain directory name.
 
     Attributes:
         steps: environment steps per run, rounded up to whole chunks of updates.
@@ -162,7 +189,16 @@ class RunSettings:
 
 @dataclasses.dataclass(frozen=True)
 class SweepSpec:
-    """Axes of a sweep. Every run of one static config is one compiled program.
+    """Axes of a sweep, and how its runs are scheduled: the ``sweep`` section.
+
+    Every run of one static config is one compiled program.
+
+    Raises:
+        ValueError: on construction, naming ``sweep.<field>``: a value of the wrong type,
+            grid or random not a mapping, malformed segments, samples < 0, segments
+            without schedule replay (or replay without segments, or with axes), or with
+            pbt / halving: ready < 1, fraction outside (0, 0.5], perturb empty or not
+            positive, resample outside [0, 1].
 
     Attributes:
         grid: name -> list of values; the settings are their cartesian product.
@@ -238,12 +274,24 @@ class SweepSpec:
 
     @property
     def axes(self) -> list[str]:
+        """The names of the sweep's axes: the grid's, then the random ones' (empty: no sweep)."""
         return [*self.grid, *self.random]
 
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """Everything ``jaxpo train`` / ``jaxpo sweep`` runs (see the module docstring)."""
+    """Everything ``jaxpo train`` / ``jaxpo sweep`` runs, as one typed, file-backed object.
+
+    A config file (``load_yaml``) holds any subset of the sections; ``dump_yaml`` writes
+    one that reads back to an equal ``Experiment``.
+
+    Attributes:
+        config: the static ``Config``: fixes the compiled program.
+        hyper: the traced ``Hyper`` scalars (lr, clip_eps, …); its S_A and S_R come from ``support``.
+        support: the ``SupportSpec``: a preset, κ, or matrices from a file.
+        run: the ``RunSettings``: length, seeds, output (nothing here changes the program).
+        sweep: the ``SweepSpec``: grid and random axes over any of the above but run.
+    """
 
     config: Config = dataclasses.field(default_factory=Config)
     hyper: Hyper = dataclasses.field(default_factory=Hyper)
@@ -253,7 +301,21 @@ class Experiment:
 
     def replace(self, **sections: Mapping[str, Any]) -> "Experiment":
         """A copy with fields overridden per section: ``replace(config={"num_envs": 8})``.
-        Values are coerced to the fields' types; errors name ``section.field``."""
+
+        Values are coerced to the fields' types (hyperparameters also range-checked).
+
+        Args:
+            **sections: section name (``config``, ``hyper``, ``support``, ``run``, ``sweep``)
+                -> ``{field: value}`` overrides of that section.
+
+        Returns:
+            The new ``Experiment`` (this one is unchanged).
+
+        Raises:
+            ValueError: naming ``section.field``: an unknown section or key, a section
+                that is not a mapping, or a value of the wrong type or range, or that the
+                section's own checks reject.
+        """
         changes = {}
         for section, values in sections.items():
             if section not in SECTIONS:
@@ -269,8 +331,18 @@ class Experiment:
         return dataclasses.replace(self, **changes)
 
     def schedule(self, config: Config | None = None) -> tuple[Config, int]:
-        """``(config, U)``: updates per run for ``run.steps`` env steps, rounded up to whole
-        chunks. Runs shorter than one chunk train one chunk of exactly their length."""
+        """Updates per run for ``run.steps`` env steps, rounded up to whole chunks.
+
+        Runs shorter than one chunk train one chunk of exactly their length.
+
+        Args:
+            config: the static config to schedule (default: this experiment's ``config``).
+
+        Returns:
+            ``(config, U)``: the config (with ``updates_per_chunk`` lowered to U for a run
+                shorter than one chunk) and U, the updates per run, a multiple of its
+                ``updates_per_chunk``.
+        """
         config = config or self.config
         updates = -(-self.run.steps // config.steps_per_update)
         if updates < config.updates_per_chunk:
@@ -331,8 +403,21 @@ def config_path(path: str) -> str:
 
 
 def load_yaml(path: str, base: Experiment | None = None) -> Experiment:
-    """Reads an experiment file (YAML; JSON is YAML too); a bare name such as ``mappo``
-    reads the shipped ``jaxpo/experiments/configs/mappo.yaml``."""
+    """Reads an experiment file (YAML; JSON is YAML too).
+
+    Args:
+        path: the file, or a bare name such as ``mappo`` (or ``mappo.yaml``) for the
+            shipped ``jaxpo/experiments/configs/mappo.yaml``.
+        base: the experiment the file's sections override (default: the defaults).
+
+    Returns:
+        The ``Experiment``: ``base`` with the file's sections.
+
+    Raises:
+        ValueError: naming the file (and key): no such file or shipped config, a file
+            that cannot be read or is not valid YAML, a top level that is not a mapping of
+            sections, or an unknown section or key, or a bad value.
+    """
     path = config_path(path)
     try:
         with open(path) as f:
@@ -365,8 +450,16 @@ _Dumper.add_representer(dict, lambda d, v: d.represent_mapping("tag:yaml.org,200
 
 
 def dump_yaml(experiment: Experiment, sections: Sequence[str] = tuple(SECTIONS)) -> str:
-    """The experiment as YAML that ``load_yaml`` reads back to an equal experiment (with
-    ``sections``: those sections only)."""
+    """The experiment as YAML that ``load_yaml`` reads back to an equal experiment.
+
+    Args:
+        experiment: the experiment to write.
+        sections: the sections to write (default all: ``config``, ``hyper``, ``support``,
+            ``run``, ``sweep``), in the experiment's order.
+
+    Returns:
+        The YAML text: block-style mappings, flow-style lists (``hidden: [64, 64]``).
+    """
     data = {name: values for name, values in to_dict(experiment).items() if name in sections}
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100)
 

@@ -110,8 +110,27 @@ class Program:
 
 @dataclasses.dataclass
 class SweepResult:
-    """What ``sweep`` returns: the experiment, its programs (runs, metrics ``[R_p, U_p]``),
-    per-run ``summary`` rows, per-setting ``groups`` rows and the output directory."""
+    """What ``sweep`` and ``resume`` return: the experiment, its programs, per-run and
+    per-setting statistics and the output directory.
+
+    Attributes:
+        experiment: the experiment that ran (``run.name`` filled in).
+        programs: one ``Program`` per static config, in order of first appearance: its
+            runs, ``metrics`` (name -> ``[R_p, U_p]``, R_p runs × U_p updates), ``env_steps``
+            ``[U_p]``, group size, compiles, ``first_chunk_seconds`` and the last group's
+            final batched ``state``.
+        summary: one row per run, as in ``summary.csv``: run_id, label, setting, seed, the
+            axes' values, env_steps, initial / final / best return (and win rate),
+            diverged_at_update.
+        groups: one row per setting and ``final_*`` metric, as in ``groups.csv``: the
+            axes' values, runs, mean and IQM with 95% stratified-bootstrap CIs.
+        out_dir: the output directory ``<run.out>/<run.name>/``.
+        seconds: wall time of the training, reports not included.
+        diverged: run id -> ``(update, metric names)`` of the runs that became
+            non-finite and were masked.
+        evaluation: with ``run.eval_every > 0``, the ``Evaluator``: its ``results`` (each
+            run's evaluations) and ``absolute`` (the absolute metric); else None.
+    """
 
     experiment: Experiment
     programs: list[Program]
@@ -124,10 +143,21 @@ class SweepResult:
 
     @property
     def runs(self) -> list[Run]:
+        """Every run (id, label, setting, seed, axis values), program after program."""
         return [run for p in self.programs for run in p.runs]
 
     def plot(self, path: str | None = None, metric: str = "return"):
-        """Learning curves per setting: mean and 95% bootstrap band over its seeds."""
+        """Learning curves per setting: mean and 95% bootstrap band over its seeds.
+
+        Every program's curves share one set of axes, against environment steps.
+
+        Args:
+            path: a PNG file to save the figure to (and close it); None: only return it.
+            metric: the metric to plot, a key of the programs' ``metrics``.
+
+        Returns:
+            The matplotlib ``Figure``.
+        """
         return _plot(self, metric, path)
 
 
@@ -366,9 +396,28 @@ def traced_digests(programs: Sequence[Program]) -> list[dict[str, str]]:
 
 def resume(run_dir: str, *, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = (),
            **sections: Mapping[str, Any]) -> SweepResult:
-    """Continues the run (or sweep) in ``run_dir`` from its latest complete checkpoint;
-    ``sections`` may change how it runs (``run={"steps": ...}`` for a run of one group,
-    ``run={"log": ...}``). The result equals an uninterrupted run's, bitwise."""
+    """Continues the run (or sweep) in ``run_dir`` from its latest complete checkpoint.
+
+    The result equals an uninterrupted run's, bitwise.
+
+    Args:
+        run_dir: the run directory (``<run.out>/<run.name>``) holding the checkpoints.
+        log: called with progress lines (the CLI passes ``print``).
+        hooks: more driver ``Hook``s, called around every group and after every chunk.
+        **sections: overrides of how it runs, e.g. ``run={"steps": ...}`` (for a run of
+            one group) or ``run={"log": ...}``; the experiment must otherwise equal the
+            checkpoint's.
+
+    Returns:
+        The ``SweepResult``; files go on in ``run_dir``.
+
+    Raises:
+        ValueError: ``run_dir`` does not exist or holds no complete, readable checkpoint,
+            its runs were given their Hyper rows in Python (resume them with
+            ``jaxpo.train(..., resume=True)``), or ``sections`` change what the
+            checkpoint fixes or hold a bad value (named).
+        NonFiniteError: a run diverged with ``run.on_nan`` "stop" (and no schedule).
+    """
     return execute(plan(resume_experiment(run_dir, **sections), resume=True), log=log, hooks=hooks)
 
 
@@ -389,12 +438,24 @@ def sweep(experiment: Experiment | str | Mapping | None = None, *, log: Callable
           hooks: Sequence[Hook] = (), **sections: Mapping[str, Any]) -> SweepResult:
     """Runs an experiment's sweep (or the single setting of an experiment without one).
 
+    Every setting is checked before anything compiles; settings × ``run.seeds`` runs
+    train, those sharing a static ``Config`` in one compiled program.
+
     Args:
-        experiment: an ``Experiment``, a YAML file path or a mapping of sections.
+        experiment: an ``Experiment``, a YAML file path (or shipped config name such as
+            ``mappo``) or a mapping of sections; None: the defaults.
         log: called with progress lines (the CLI passes ``print``).
         hooks: more driver ``Hook``s, called around every group and after every chunk.
-        sections: overrides, e.g. ``run={"seeds": 8}``, ``sweep={"grid": {"lr": [1e-3, 3e-3]}}``.
-    Returns a ``SweepResult``; files go to ``<run.out>/<run.name>/``.
+        **sections: overrides, e.g. ``run={"seeds": 8}``, ``sweep={"grid": {"lr": [1e-3, 3e-3]}}``.
+
+    Returns:
+        The ``SweepResult``; files go to ``<run.out>/<run.name>/``.
+
+    Raises:
+        ValueError: naming the bad field or value, before anything compiles: a bad
+            experiment, section, axis or setting (config, env, support, hyperparameters),
+            or an output directory that already holds a run's checkpoints.
+        NonFiniteError: a run diverged with ``run.on_nan`` "stop" (and no schedule).
     """
     return execute(plan(experiment, **sections), log=log, hooks=hooks)
 
@@ -664,9 +725,21 @@ def _plot(result: SweepResult, metric: str, path: str | None):
 
 
 def runs(supports: Support | Sequence[Support], seeds: Sequence[int] = (0,), **hparams) -> tuple[Hyper, np.ndarray, list[str]]:
-    """The grid supports × seeds as one batch for ``jaxpo.train``: ``(Hyper [R], seeds [R], labels)``.
+    """The grid supports × seeds as one batch for ``jaxpo.train``.
 
-    ``hparams`` are ``Hyper.create`` keywords shared by every run.
+    Args:
+        supports: one ``Support`` or several (S_A, S_R ``[N, N]``, one N for all).
+        seeds: the integer seeds each support trains with.
+        **hparams: ``Hyper.create`` keywords (hyperparameter scalars) shared by every run.
+
+    Returns:
+        ``(hyper, seeds, labels)`` over the R = len(supports) × len(seeds) runs, supports
+            outer and seeds inner: the batched ``Hyper`` ``[R, ...]``, the seeds int ``[R]``
+            and the labels ``"<support name>/seed<k>"``.
+
+    Raises:
+        ValueError: if ``supports`` or ``seeds`` is empty, a support is invalid or the
+            supports differ in N, or ``hparams`` holds an unknown name or a bad value.
     """
     supports = [supports] if isinstance(supports, Support) else list(supports)
     seeds = [int(s) for s in seeds]

@@ -36,20 +36,24 @@ from jaxpo.run.report import FINAL_WINDOW, final_mean, plot_curves, save_figure
 
 @dataclasses.dataclass
 class TrainResult:
-    """What ``train`` returns.
+    """What ``train`` returns: the R runs' metrics, final state and statistics.
 
     Attributes:
-        config: the static config. labels: one name per run (R).
-        seeds: int [R]. hyper: the batched ``Hyper`` ``[R, ...]``.
+        config: the static config.
+        labels: one name per run (R).
+        seeds: int [R].
+        hyper: the batched ``Hyper`` ``[R, ...]``.
         metrics: name -> float64 [R, U] per train step.
         env_steps: int [U] — environment steps per run after each train step.
         state: final batched ``TrainState``.
         out_dir: where the files were written (None if not written).
-        seconds: wall time of the run; compile_seconds: of the first chunk (incl. compile).
-        summary: per-run rows of ``summary.csv``; diverged: run id -> (update, metrics)
-            of the runs that turned non-finite (``on_nan="mask"``).
+        seconds: wall time of the run.
+        compile_seconds: wall time of the first chunk (compile included).
+        summary: per-run rows of ``summary.csv``.
+        diverged: run id -> (update, metric names) of the runs that turned non-finite
+            (``on_nan="mask"``).
         evaluation: with ``eval_every``, the ``Evaluator``: its ``results`` (each run's
-            evaluations) and ``absolute`` (the absolute metric).
+            evaluations) and ``absolute`` (the absolute metric); else None.
     """
 
     config: Config
@@ -67,19 +71,52 @@ class TrainResult:
     evaluation: Evaluator | None = None
 
     def final(self, metric: str = "return", last: float = FINAL_WINDOW) -> np.ndarray:
-        """Mean of ``metric`` over the last ``last`` fraction of train steps, per run ``[R]``."""
+        """Mean of ``metric`` over the last ``last`` fraction of train steps, per run.
+
+        NaN values (updates in which no episode ended) are left out; NaN where the window holds none.
+
+        Args:
+            metric: a key of ``metrics`` (default ``"return"``).
+            last: the fraction of train steps at the end to average over: the last
+                ``round(last · U)`` steps, at least one (default 0.1).
+
+        Returns:
+            float ``[R]``.
+        """
         return final_mean(self.metrics[metric], last)
 
     def final_return(self, last: float = FINAL_WINDOW) -> np.ndarray:
-        """Mean return over the last ``last`` fraction of train steps, per run ``[R]``."""
+        """Mean return over the last ``last`` fraction of train steps, per run (``final("return", last)``).
+
+        Args:
+            last: the fraction of train steps at the end to average over: the last
+                ``round(last · U)`` steps, at least one (default 0.1).
+
+        Returns:
+            float ``[R]``.
+        """
         return self.final("return", last)
 
     def initial_return(self) -> np.ndarray:
-        """Return of the untrained policy (first train step's rollout), per run ``[R]``."""
+        """Return of the untrained policy (first train step's rollout), per run.
+
+        Returns:
+            float ``[R]`` (NaN for a run in which no episode ended in the first train step).
+        """
         return self.metrics["return"][:, 0]
 
     def plot(self, path: str | None = None, metric: str = "return"):
-        """Learning curves, mean and 95% bootstrap band over each setting's seeds."""
+        """Learning curves, mean and 95% bootstrap band over each setting's seeds.
+
+        Runs are grouped into settings by their labels (``<setting>/seed<k>``).
+
+        Args:
+            path: a PNG file to save the figure to (and close it); None: only return it.
+            metric: the metric to plot, a key of ``metrics``.
+
+        Returns:
+            The matplotlib ``Figure``.
+        """
         settings_ = [setting_of(label) for label in self.labels]
         ax = plot_curves(self.metrics[metric], self.env_steps, settings_, title=self.config.env, metric=metric)
         return save_figure(ax.figure, path)
@@ -211,18 +248,25 @@ def train(
         checkpoint: with ``out_dir``, save the final training state (``jaxpo.load_policy``,
             eval, render and resume read it).
         checkpoint_every: also save a checkpoint every this many chunks, keeping the last ``keep``.
+        keep: the latest checkpoints kept, >= 1 (besides the final one and the last before a divergence).
         resume: continue from ``out_dir``'s latest checkpoint (same config, hyper, seeds
             and labels, or a ValueError naming the difference); ``num_updates`` may grow
             (not under ``anneal_lr`` with its default horizon, the run's length: that
             schedule would change; give ``hyper.lr_horizon`` explicitly to extend one).
         log: loggers for ``out_dir``, comma-separated: csv, tensorboard, wandb.
-        eval_every: evaluate every this many env steps per run (0: never), ``eval_episodes``
-            episodes per run (``eval_greedy``: most likely actions), and at the end the
-            absolute metric of ``absolute_episodes`` (default 10 × eval_episodes) episodes
-            with each run's best evaluated parameters (``jaxpo.run.periodic_eval``).
+        eval_every: evaluate every this many env steps per run (0: never), and at the end
+            play the absolute metric with each run's best evaluated parameters
+            (``jaxpo.run.periodic_eval``).
+        eval_episodes: episodes per run and evaluation.
+        eval_greedy: evaluate the most likely actions (True) or sampled ones.
+        absolute_episodes: episodes of the absolute metric (None: 10 × ``eval_episodes``; 0: none).
+
+    Returns:
+        The ``TrainResult``: metrics ``[R, U]``, the final batched state, summary rows.
 
     Raises:
-        ValueError: a bad argument (named), or a checkpoint that does not fit.
+        ValueError: a bad argument (named; e.g. ``checkpoint_every`` or ``resume`` without
+            ``out_dir``), or a checkpoint that does not fit.
         NonFiniteError: a run diverged with ``on_nan="stop"``.
     """
     hyper, seeds, labels = check_batch(config, hyper, seeds, num_updates, labels)

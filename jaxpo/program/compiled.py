@@ -42,12 +42,35 @@ LEARNER_API = ("config", "axis", "env", "net", "critic_dim", "num_agents", "init
 
 
 class Trainer:
-    """The compiled training program for one static ``Config`` on ``devices`` (default:
-    all of every process): ``learner`` (the pure functions; its names are the
-    Trainer's too, see ``LEARNER_API``), ``mesh``, ``state_sharding`` / ``run_sharding``,
-    the jitted ``init_runs(keys [R, 2], hyper [R]) -> state`` and
-    ``chunk_runs(state, hyper) -> (state, metrics [R, K])``, and ``compiles``, the
-    programs built so far."""
+    """The compiled training program for one static ``Config`` on ``devices``.
+
+    Get one with ``jaxpo.trainer(config)``, which caches it: every run of a config shares
+    its compiled programs. The learner's names (``LEARNER_API``: ``config``, ``env``,
+    ``net``, ``num_agents``, ``init``, ``step``, ``chunk``, ...) are the Trainer's too
+    (``tr.step`` is ``tr.learner.step``). R, the number of runs of a call, is a multiple
+    of ``run_multiple``; K is ``config.updates_per_chunk``.
+
+    Args:
+        config: the static configuration the program is built for.
+        devices: the devices it runs on (default: all of every process).
+
+    Raises:
+        ValueError: if ``devices`` are not distinct jax devices, or with ``parallel``
+            "envs" if ``num_envs`` is not a multiple of the devices or ``num_minibatches``
+            does not divide each device's samples per update; or what ``Config.make_env``
+            and ``Config.cnn_layers`` raise.
+
+    Attributes:
+        learner: the pure functions (``jaxpo.program.learner.Learner``).
+        mesh: the 1-D device mesh.
+        num_devices: D, the mesh's size.
+        state_sharding: the batched ``TrainState``'s layout (one sharding or a tree of them).
+        run_sharding: the layout of per-run inputs and metrics ``[R, ...]``.
+        init_runs: jitted ``init_runs(keys [R, 2], hyper [R]) -> state [R, ...]``.
+        chunk_runs: jitted ``chunk_runs(state, hyper) -> (state, metrics)``, each metric
+            ``[R, K]``; it donates ``state``.
+        compiles: ``{"init": n, "chunk": n}``, the programs built so far.
+    """
 
     def __init__(self, config: Config, devices: tuple[jax.Device, ...] | None = None):
         self.mesh = make_mesh(config.parallel, devices)
@@ -72,8 +95,7 @@ class Trainer:
 
     @property
     def run_multiple(self) -> int:
-        """Groups of runs must have a multiple of this many (the devices, when the runs
-        are split over them)."""
+        """The multiple of runs a group must have: D when the runs are split over the devices, else 1."""
         return self.num_devices if self.config.parallel == "runs" else 1
 
     def _layout(self) -> tuple[Any, NamedSharding, Any]:
@@ -111,14 +133,21 @@ class Trainer:
 
     @functools.cached_property
     def metric_names(self) -> tuple[str, ...]:
-        """The names of the per-update metrics ``step`` returns (sorted), by tracing only."""
+        """The names of the per-update metrics ``step`` returns (sorted), found by tracing only."""
         batched = lambda x: jax.ShapeDtypeStruct((self.run_multiple, *x.shape), x.dtype)
         abstract = jax.tree.map(batched, self._abstract_run)
         return tuple(sorted(jax.eval_shape(self._chunk_program, *abstract)[1]))
 
     def abstract_state(self, size: int) -> Any:
-        """The batched ``TrainState`` of ``size`` runs (padding included) as
-        ``ShapeDtypeStruct``s on this program's shardings: the target of a restore."""
+        """The batched ``TrainState`` of ``size`` runs, by tracing only: the target of a restore.
+
+        Args:
+            size: the number of runs R, padding included (a multiple of ``run_multiple``).
+
+        Returns:
+            A ``TrainState`` of ``jax.ShapeDtypeStruct`` leaves ``[size, ...]`` carrying this
+                program's shardings.
+        """
         _, hyper = self._abstract_run
         batched = lambda x: jax.ShapeDtypeStruct((size, *x.shape), x.dtype)
         shapes = jax.eval_shape(self.init_runs, jax.ShapeDtypeStruct((size, 2), jnp.uint32),
@@ -131,10 +160,15 @@ class Trainer:
         return jax.tree.map(place, self.state_sharding, shapes)
 
     def bytes_per_run(self) -> int:
-        """An estimate of one run's peak memory in the chunk program: the train state
-        (in, out, and Adam's moments in the gradient step) and the rollout with the
-        training data, minibatches and activations made from it. Calibrated against
-        measured peaks by ``benchmarks/sweep_scaling.py``."""
+        """An estimate of one run's peak memory in the chunk program, by tracing only.
+
+        It counts the train state (in, out, and Adam's moments in the gradient step) and
+        the rollout with the training data, minibatches and activations made from it.
+        Calibrated against measured peaks by ``benchmarks/sweep_scaling.py``.
+
+        Returns:
+            Bytes per run: 3 × the ``TrainState``'s plus 6 × one rollout's.
+        """
         state, _ = self._abstract_run
         cfg = self.config
         traj = jax.eval_shape(
@@ -143,9 +177,21 @@ class Trainer:
 
 
 def trainer(config: Config, devices: Sequence[jax.Device] | None = None) -> Trainer:
-    """The (cached) ``Trainer`` for ``config`` on ``devices`` (default: every device of
-    every process): every run with this static config, of any length, in any sweep,
-    shares it and its compiled programs."""
+    """The (cached) ``Trainer`` for ``config`` on ``devices``.
+
+    Every run with this static config, of any length, in any sweep, shares it and its
+    compiled programs.
+
+    Args:
+        config: the static configuration.
+        devices: the devices to run on (default: every device of every process).
+
+    Returns:
+        The ``Trainer``; the same object for an equal ``config`` and ``devices``.
+
+    Raises:
+        ValueError: if ``config`` is not a ``jaxpo.Config``, or what ``Trainer`` raises.
+    """
     if not isinstance(config, Config):
         raise ValueError(f"config must be a jaxpo.Config, got {type(config).__name__}")
     return _trainer(config, tuple(jax.devices() if devices is None else devices))

@@ -46,8 +46,21 @@ ValueLoss = Literal["mse", "huber"]
 class Config:
     """Static configuration: fixes shapes, loop lengths and code paths (one compile each).
 
+    Frozen and hashable: one compiled program per distinct value (``jaxpo.trainer``). How
+    long a run trains is not a field (``jaxpo.RunSettings``), so runs of any length
+    share a program. Every field is validated on construction.
+
+    Raises:
+        ValueError: if a field is not of its type or allowed values (positive integers,
+            booleans, the listed choices, non-empty tuples of positive ints), or fields
+            disagree: ``num_minibatches`` does not divide the E × T / L samples of an update,
+            ``seq_len`` is set without ``recurrent`` or does not divide ``num_steps``,
+            ``conv_kernels`` and ``conv_features`` differ in length, ``scheme`` "sequential"
+            with ``share_params``, ``diagnostics`` or ``shared_trunk`` with the sequential
+            scheme, or ``shared_trunk`` with a ``critic_input`` other than "local".
+
     Attributes:
-        env: environment name (``jaxpo envs`` lists them).
+        env: environment name, a non-empty string (``jaxpo envs`` lists them).
         env_kwargs: the environment's parameters (a mapping; array values are hashed by value).
         num_envs: E, environments stepped in parallel per run.
         num_steps: T, rollout length per update.
@@ -56,8 +69,9 @@ class Config:
         num_epochs: PPO epochs over each rollout's T×E batch.
         num_minibatches: minibatches per epoch; they shuffle transitions (sequences, when
             recurrent) and keep all N agents together. Must divide the batch.
-        hidden: layer widths of actor and critic.
-        activation: nonlinearity of actor and critic.
+        hidden: layer widths of actor and critic (a non-empty tuple of positive ints; an int
+            is one layer).
+        activation: nonlinearity of actor and critic: "tanh", "relu" or "gelu".
         share_params: one parameter set with an agent-id input (true), or per-agent
             parameter sets stacked on an agent axis (false).
         agent_ids: shared parameters see a one-hot agent id (true; MAPPO's and Mava's
@@ -66,9 +80,10 @@ class Config:
         critic_input: "local" (own observation), "global" (world state, else all
             observations concatenated) or "agent" (that global state followed by the
             agent's own observation).
-        adv_norm: advantage normalisation scope.
-        aggregate_in: where S_A is applied: to advantages after per-agent GAE, or to
-            rewards before GAE (critic i then learns the aggregated return).
+        adv_norm: advantage normalisation scope: "none", "batch" (one mean and std over the
+            batch) or "agent" (per agent).
+        aggregate_in: where S_A is applied: "advantage" (to advantages after per-agent GAE)
+            or "reward" (to rewards before GAE; critic i then learns the aggregated return).
         scheme: "simultaneous" (every term of the support-matrix objective in one
             gradient step) or "sequential" (exact HAPPO: agents updated one after another
             in a fresh random order; needs share_params false; ignores S_R).
@@ -93,7 +108,7 @@ class Config:
             updates (by default the run's own), constant within an update — JaxMARL's and
             Mava's schedule, ``lr · (1 − u / U)`` at update u (from 0) of U.
         seq_len: recurrent only: training sequence length L (must divide num_steps;
-            none = the whole rollout).
+            None = the whole rollout).
         parallel: how a program uses D devices: "runs" splits the runs (seeds, settings)
             over them; "envs" splits each run's environments over them, data parallel
             (num_envs must be a multiple of D), for runs too large for one device.
@@ -216,11 +231,31 @@ class Config:
         return self.num_steps * self.num_envs
 
     def make_env(self) -> envs.Env:
+        """The environment ``env`` built with ``env_kwargs`` (``jaxpo.envs.make``; cached).
+
+        Returns:
+            The environment on the array protocol, without ``AutoReset``.
+
+        Raises:
+            ValueError: if ``env`` is not a known environment name or ``env_kwargs`` holds a
+                parameter the environment does not have or rejects (``jaxpo.envs.make``).
+        """
         return _make_env(self.env, self.env_kwargs)
 
     def cnn_layers(self, env: envs.Env) -> tuple[tuple[int, int], ...]:
-        """The CNN torso for ``env``'s observations, ``(features, kernel)`` per layer, or
-        () for none (see ``encoder``)."""
+        """The CNN torso for ``env``'s observations, or none (see ``encoder``).
+
+        Args:
+            env: the environment (``make_env()``); its ``obs_shape`` is (H, W, C) for images.
+
+        Returns:
+            ``(features, kernel)`` per conv layer, from ``conv_features`` and
+                ``conv_kernels``; ``()`` for no CNN (encoder "mlp", or "auto" on flat
+                observations).
+
+        Raises:
+            ValueError: if ``encoder`` is "cnn" and the observations are not images.
+        """
         image = len(env.obs_shape) == 3
         if self.encoder == "cnn" and not image:
             raise ValueError(f"Config.encoder='cnn' needs image observations (H, W, C); {self.env} observes "
@@ -294,21 +329,23 @@ class Hyper:
     each a float32 ``[N, N]`` array (``[R, N, N]``) or, for a sparse support, its padded
     neighbour lists (``jaxpo.sparse.NeighbourLists``, leaves ``[N, K]`` / ``[R, N, K]``;
     ``.shape`` is still ``[R,] N, N``): S_A by rows, S_R by columns. Build one with
-    ``Hyper.create(support, **scalars)``; a ``Hyper()`` of Python floats without
-    matrices holds the defaults (the ``hyper`` section of an experiment).
+    ``Hyper.create(support, **scalars)`` and batch R of them with ``Hyper.stack``; a
+    ``Hyper()`` of Python floats without matrices holds the defaults (the ``hyper``
+    section of an experiment). Defaults and allowed ranges are below (``scalar_bounds``).
 
     Attributes:
-        lr: Adam learning rate.
-        clip_eps: PPO clip ε on each term's importance weight (also the value clip).
-        gamma: discount γ.
-        gae_lambda: GAE λ.
-        vf_coef: value-loss coefficient.
-        ent_coef: entropy-bonus coefficient.
-        max_grad_norm: global gradient-norm clip.
-        huber_delta: δ of the Huber value loss (value_loss huber only).
+        lr: Adam learning rate (default 3e-3; > 0).
+        clip_eps: PPO clip ε on each term's importance weight, also the value clip
+            (default 0.2; > 0).
+        gamma: discount γ (default 0.99; in [0, 1]).
+        gae_lambda: GAE λ (default 0.95; in [0, 1]).
+        vf_coef: value-loss coefficient (default 0.5; ≥ 0).
+        ent_coef: entropy-bonus coefficient (default 0.01; ≥ 0).
+        max_grad_norm: global gradient-norm clip (default 0.5; > 0).
+        huber_delta: δ of the Huber value loss, value_loss huber only (default 10; > 0).
         lr_horizon: U, the updates over which ``Config.anneal_lr`` decays the learning
-            rate to 0; 0 = the run's own number of updates (filled in when runs are
-            planned: ``with_horizon``). Ignored without anneal_lr.
+            rate to 0; 0 (the default) = the run's own number of updates (filled in when
+            runs are planned: ``with_horizon``); ≥ 0. Ignored without anneal_lr.
         S_A: advantage support ``[N, N]`` (or its row lists), from the support.
         S_R: ratio support ``[N, N]`` (or its column lists), from the support.
     """
@@ -327,22 +364,43 @@ class Hyper:
 
     @staticmethod
     def scalar_bounds() -> dict[str, Bounds]:
-        """``{name: Bounds}`` of the scalar (sweepable) hyperparameters, in field order."""
+        """The allowed range of each scalar (sweepable) hyperparameter.
+
+        Returns:
+            ``{name: Bounds}`` in field order (``str(bounds)`` reads e.g. "> 0", "in [0, 1]").
+        """
         return {f.name: f.metadata["bounds"] for f in dataclasses.fields(Hyper) if "bounds" in f.metadata}
 
     def scalars(self) -> dict[str, Any]:
-        """``{name: value}`` of the scalar fields."""
+        """The scalar fields' values.
+
+        Returns:
+            ``{name: value}`` in field order: floats, or arrays ``[]`` / ``[R]``.
+        """
         return {name: getattr(self, name) for name in self.scalar_bounds()}
 
     @classmethod
     def create(cls, support: Support, *, support_form: SupportForm = "auto", **scalars: float) -> "Hyper":
-        """One run's hyperparameters as float32 (numpy) arrays; ``support`` gives S_A and S_R,
-        omitted scalars take their defaults. Raises ValueError naming a bad value.
+        """One run's hyperparameters as float32 (numpy) arrays.
 
-        ``support_form``: "auto" stores each matrix as neighbour lists when it is sparse
-        (N ≥ 32 and at most N/16 non-zeros per row of S_A / column of S_R; see
-        ``jaxpo.sparse``) and dense otherwise; "dense" / "sparse" force one form. Both
-        forms give the same objective (up to float rounding of the sums)."""
+        Args:
+            support: the support matrices (a ``jaxpo.Support``, validated): S_A and S_R ``[N, N]``.
+            support_form: "auto" stores each matrix as neighbour lists when it is sparse
+                (N ≥ 32 and at most N/16 non-zeros per row of S_A / column of S_R; see
+                ``jaxpo.sparse``) and dense otherwise; "dense" / "sparse" force one form.
+                Both forms give the same objective (up to float rounding of the sums).
+            **scalars: scalar hyperparameters by name (``lr=1e-3``), each within its
+                ``scalar_bounds``; omitted ones take their defaults.
+
+        Returns:
+            A ``Hyper`` with scalars float32 ``[]`` and S_A, S_R ``[N, N]`` (or their
+                neighbour lists ``[N, K]``).
+
+        Raises:
+            ValueError: naming the bad value: an unknown hyperparameter name, a scalar that
+                is not a finite number within its bounds, ``support`` not a ``Support`` or
+                failing its validation, or an unknown ``support_form``.
+        """
         bounds = cls.scalar_bounds()
         unknown = sorted(set(scalars) - set(bounds))
         if unknown:
@@ -360,8 +418,17 @@ class Hyper:
         )
 
     def with_horizon(self, num_updates: int) -> "Hyper":
-        """This ``Hyper`` (one run or a batch) with every ``lr_horizon`` of 0 set to
-        ``num_updates``: the run's own length, the horizon ``anneal_lr`` means by default."""
+        """This ``Hyper`` (one run or a batch) with every ``lr_horizon`` of 0 set to ``num_updates``.
+
+        That is the run's own length, the horizon ``anneal_lr`` means by default; non-zero
+        horizons are kept.
+
+        Args:
+            num_updates: the run's number of updates (train steps).
+
+        Returns:
+            A copy whose ``lr_horizon`` is float32 ``[]`` (``[R]`` for a batch).
+        """
         horizon = np.asarray(self.lr_horizon, np.float32)
         return self.replace(lr_horizon=np.where(horizon == 0, np.float32(num_updates), horizon).astype(np.float32))
 
@@ -370,7 +437,18 @@ class Hyper:
         """Stacks R single-run ``Hyper`` values into one batched ``Hyper`` ``[R, ...]``.
 
         Sparse matrices are padded to the batch's largest K (``jaxpo.sparse.stack``); a
-        batch mixing dense and sparse forms of one matrix is stacked dense."""
+        batch mixing dense and sparse forms of one matrix is stacked dense.
+
+        Args:
+            hypers: R single-run values (``create``'s), all for the same N agents.
+
+        Returns:
+            A ``Hyper`` of jnp arrays: scalars ``[R]``, S_A and S_R ``[R, N, N]`` (or
+                neighbour lists ``[R, N, K]``).
+
+        Raises:
+            ValueError: if ``hypers`` is empty or its values differ in the number of agents.
+        """
         if not hypers:
             raise ValueError("hypers must be a non-empty sequence of Hyper")
         shapes = {np.shape(h.S_A) for h in hypers}

@@ -30,7 +30,23 @@ from jaxpo.program.config import Config, Hyper
 
 @struct.dataclass
 class TrainState:
-    """Everything one run carries between train steps (a pytree; batched as ``[R, ...]``)."""
+    """Everything one run carries between train steps (a pytree; batched as ``[R, ...]``).
+
+    ``Trainer.init_runs`` builds it and ``Trainer.chunk_runs`` advances it; a checkpoint
+    stores it. Shapes below are one run's; a batch of R runs adds a leading ``[R]``.
+
+    Attributes:
+        params: the network parameters ``{"actor", "critic"}`` (per-agent parameter sets
+            stacked on an agent axis N when ``Config.share_params`` is false).
+        opt_state: the optimiser's state (gradient-norm clip, then Adam) for ``params``; with
+            ``Config.scheme`` "sequential", ``{"actor", "critic"}`` with one Adam state per agent actor.
+        rollout: what carries over between rollouts (``jaxpo.rollout.RolloutState``): the E
+            environments' states, last timestep (``obs [E, N, O]``), hidden states ``[E, N, H]``.
+        value_norm: the value normaliser's running statistics ``[N]`` (one per agent critic);
+            None without ``Config.value_norm``.
+        key: the run's PRNG key, split once per train step.
+        update: int32 ``[]``, the train steps done.
+    """
 
     params: Any
     opt_state: Any

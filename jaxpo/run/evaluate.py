@@ -34,10 +34,20 @@ from jaxpo.core.networks import ActorCritic, MaskedDiagGaussian
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """One run's trained actor: ``act(key, obs [N, O], mask [N, A]) -> actions [N]``
-    (``[N, A]`` continuous; any leading batch axes allowed). Recurrent actors carry a
-    hidden state: ``act(key, obs, mask, carry, first) -> (actions, carry)``, starting
-    from ``initial_carry()``. ``greedy``: the most likely action instead of a sample."""
+    """One run's trained actor, a pure function of arrays (``jaxpo.load_policy`` loads one).
+
+    ``act(key, obs [N, O], mask [N, A]) -> actions [N]`` (``[N, A]`` continuous; any
+    leading batch axes allowed); a ``Policy`` is also callable as ``act``. Recurrent
+    actors carry a hidden state: ``act(key, obs, mask, carry, first) -> (actions, carry)``,
+    starting from ``initial_carry()``.
+
+    Attributes:
+        config: the static ``Config`` the run trained with (its env and networks).
+        params: the run's network parameters ``{"actor", "critic"}`` (no run axis).
+        run: its row of the run table: ``run_id``, ``label``, ``setting``, ``seed``, ``values``.
+        update: the train steps behind these parameters.
+        greedy: act with the most likely action (true) instead of a sample (false).
+    """
 
     config: Config
     params: Any  # {"actor", "critic"} of one run
@@ -47,13 +57,37 @@ class Policy:
 
     @functools.cached_property
     def net(self) -> ActorCritic:
+        """The actor-critic networks of ``config`` (those of its cached learner)."""
         return learner(self.config).net
 
     def initial_carry(self, batch_shape: tuple[int, ...] = ()) -> jax.Array:
+        """The actor's hidden state at an episode's start: zeros.
+
+        Args:
+            batch_shape: leading batch axes, e.g. ``(E,)`` for E environments.
+
+        Returns:
+            float32 ``[*batch_shape, N, H]`` (H = 0 for a feed-forward actor).
+        """
         return self.net.initial_carry(batch_shape)["actor"]
 
     def act(self, key: jax.Array, obs: jax.Array, mask: jax.Array, carry: jax.Array | None = None,
             first: jax.Array | None = None):
+        """Actions for one step of observations (also ``policy(key, obs, mask, ...)``).
+
+        Args:
+            key: a PRNG key (used only when not ``greedy``).
+            obs: observations ``[..., N, O]`` (any leading batch axes).
+            mask: available actions ``[..., N, A]``.
+            carry: recurrent only: the hidden state ``[..., N, H]`` (default
+                ``initial_carry`` of the batch axes); ignored by feed-forward actors.
+            first: recurrent only: bool ``[...]``, true where ``obs`` starts an episode (the
+                hidden state is reset there; default false); ignored by feed-forward actors.
+
+        Returns:
+            Feed-forward: the actions, int ``[..., N]`` (float ``[..., N, A]`` for continuous
+                actions). Recurrent: ``(actions, carry)``, carry ``[..., N, H]`` to pass on.
+        """
         if not self.net.recurrent:
             return choose(self.net.policy(self.params, obs, mask), key, self.greedy)
         carry = self.initial_carry(obs.shape[:-2]) if carry is None else carry
@@ -64,8 +98,20 @@ class Policy:
 
     def step(self, key: jax.Array, obs: jax.Array, mask: jax.Array, carry: jax.Array,
              first: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """``(actions, carry')`` for either kind of actor (feed-forward: carry unchanged):
-        the one acting step that evaluation and rendering scan."""
+        """One acting step for either kind of actor: the step evaluation and rendering scan.
+
+        Args:
+            key: a PRNG key (used only when not ``greedy``).
+            obs: observations ``[..., N, O]``.
+            mask: available actions ``[..., N, A]``.
+            carry: the hidden state ``[..., N, H]`` (``initial_carry``; H = 0 feed-forward).
+            first: bool ``[...]``, true where ``obs`` starts an episode (recurrent actors reset
+                their hidden state there).
+
+        Returns:
+            ``(actions, carry')``: actions int ``[..., N]`` (float ``[..., N, A]`` continuous)
+                and the next hidden state (feed-forward: ``carry`` unchanged).
+        """
         if not self.net.recurrent:
             return choose(self.net.policy(self.params, obs, mask), key, self.greedy), carry
         carry, dist = self.net.policy_step(self.params["actor"], carry, obs, mask, first)
@@ -104,7 +150,21 @@ def load_runs(run_dir: str, step: int) -> tuple[Config, Any, list[dict], dict]:
 
 
 def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
-    """Run ``run``'s (its ``run_id``) trained policy from the newest checkpoint holding it."""
+    """A run's trained policy from the newest checkpoint of ``run_dir`` holding it.
+
+    Args:
+        run_dir: the run directory of a ``jaxpo.train`` / ``jaxpo.sweep`` with checkpoints.
+        run: the run's ``run_id`` (its row of the run table).
+        greedy: the policy acts with the most likely action (true) or samples (false).
+
+    Returns:
+        The ``Policy``: the run's parameters, config and run-table row, ``update`` the train
+            steps of that checkpoint.
+
+    Raises:
+        ValueError: if ``run_dir`` does not exist or holds no checkpoint, a checkpoint was
+            written by an incompatible jaxpo, or no checkpoint holds run ``run``.
+    """
     groups = latest_groups(run_dir)
     if not groups:
         checkpoint.restore(run_dir)  # raises the clear error: no directory / no checkpoint
@@ -159,10 +219,29 @@ def play_episodes(config: Config, env: Any, params: Any, keys: jax.Array, episod
 
 def evaluate(policy: Policy, env: Env | None = None, episodes: int = 100, seed: int = 0,
              greedy: bool | None = None) -> dict[str, float]:
-    """Mean, std and IQM of ``episodes`` episode returns of ``policy`` (and its win
-    rate where the environment has one), and the episodes per second after compiling.
-    ``env``: another environment of the same shapes (e.g. ``jaxpo.envs.make(name,
-    **other_kwargs)``); default the one the policy was trained on."""
+    """Mean, std and IQM of ``episodes`` episode returns of ``policy``, and its win rate.
+
+    The episodes run side by side, compiled and vmapped, each for exactly one episode; a
+    return is the team-mean episode return, as in training.
+
+    Args:
+        policy: the trained policy (``load_policy``).
+        env: another environment of the same shapes (agents, observation size, actions;
+            e.g. ``jaxpo.envs.make(name, **other_kwargs)``); default the one the policy
+            was trained on.
+        episodes: the number of episodes, a positive integer.
+        seed: the PRNG seed (folded with the run's ``run_id``).
+        greedy: most likely actions (true) or samples (false); default ``policy.greedy``.
+
+    Returns:
+        ``{"episodes", "mean_return", "std_return", "iqm_return", "episodes_per_second"}``
+            (the rate after compiling), plus ``"win_rate"`` where the environment has one.
+
+    Raises:
+        ValueError: if ``episodes`` is not a positive integer, or ``env`` is not a
+            ``jaxpo.envs.Env`` or differs from the policy's in ``num_agents``, ``obs_dim``,
+            ``num_actions`` or ``continuous``.
+    """
     greedy = policy.greedy if greedy is None else greedy
     params = jax.tree.map(lambda x: jnp.asarray(x)[None], policy.params)
     returns = run_episodes(policy.config, params, [policy.run.get("run_id", 0)], episodes, seed, greedy, env)
@@ -251,8 +330,25 @@ def check_animation_path(path: str) -> str:
 
 
 def render_episode(policy: Policy, path: str, seed: int = 0, fps: int = 10) -> int:
-    """Writes one episode of ``policy`` to ``path`` (``.gif``, or ``.mp4`` with the
-    imageio-ffmpeg plugin); returns the number of frames."""
+    """Writes one episode of ``policy`` to ``path``, drawn with its environment's ``render``.
+
+    One RGB frame per step (the state each action was taken in), written with imageio;
+    the parent directory is created if missing.
+
+    Args:
+        policy: the trained policy (``load_policy``).
+        path: the output file, ending in ``.gif``, or ``.mp4`` with the imageio-ffmpeg
+            plugin (``pip install 'jaxpo[mp4]'``).
+        seed: the PRNG seed of the episode.
+        fps: frames per second of the animation.
+
+    Returns:
+        The number of frames (the episode's steps).
+
+    Raises:
+        ValueError: if ``path`` ends in neither ``.gif`` nor ``.mp4``, ``.mp4`` is asked for
+            without imageio-ffmpeg, or the environment has no ``render`` method.
+    """
     import imageio.v3 as iio
 
     suffix = check_animation_path(path)

@@ -97,19 +97,51 @@ class ChunkEvent:
 
 
 class Hook:
-    """Base class of the loop's hooks; override what you need."""
+    """Base class of the host loop's hooks; override what you need (each default does nothing).
+
+    Pass hooks to ``jaxpo.train``, ``jaxpo.sweep`` or ``jaxpo.resume`` (``hooks=[...]``);
+    they are called on every process, for each group of runs, in this order: ``start``
+    before a group's first chunk, ``diverge`` then ``chunk`` after each chunk (``diverge``
+    only when a run just turned non-finite), ``end`` after its last chunk. R is the
+    group's number of runs, K ``Config.updates_per_chunk``.
+    """
 
     def start(self, group: Group) -> None:
-        pass
+        """Called before a group's first chunk (also when it resumes from a checkpoint).
+
+        Args:
+            group: the runs about to train together: ``config``, ``runs`` (the run table's
+                rows), ``num_updates``, ``index`` in the plan, and ``resumed`` when it continues
+                from a checkpoint.
+        """
 
     def chunk(self, event: ChunkEvent) -> None:
-        pass
+        """Called after each chunk of K updates.
+
+        Args:
+            event: what the chunk produced: ``metrics`` name -> float64 ``[R, K]`` (a diverged
+                run's NaN from its divergence on), ``updates`` / ``env_steps`` ``[K]`` (per
+                run, counted from 1), the batched ``state`` (padding rows included), wall
+                ``seconds`` so far, ``index`` (the chunk, from 0) and ``diverged``.
+        """
 
     def diverge(self, event: ChunkEvent) -> None:
-        pass
+        """Called when a run of the group just turned non-finite, before the loop stops (or masks it).
+
+        Args:
+            event: the chunk's event (as in ``chunk``); ``event.newly_diverged`` holds the run
+                ids found in this chunk and ``event.diverged`` maps each diverged run id to
+                ``(first non-finite update, the metric names that were not finite)``.
+        """
 
     def end(self, group: Group, state: Any) -> None:
-        pass
+        """Called after a group's last chunk.
+
+        Args:
+            group: the runs that trained (as in ``start``).
+            state: their final batched ``TrainState`` ``[R', ...]`` (R' ≥ R: padding rows
+                included).
+        """
 
 
 def close_hooks(hooks: Sequence[Hook]) -> None:
