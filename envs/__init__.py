@@ -1,9 +1,18 @@
 """jaxpo environments: the array protocol, jaxpo's own networked environments and
-the JaxMARL adapter, all reachable by name through :func:`make`.
+the JaxMARL adapter, all reachable by name through ``make``.
 
     >>> from jaxpo import envs
     >>> env = envs.make("MPE_simple_spread_v3", local_ratio=0.5)
     >>> env = envs.make("traffic_grid", rows=8, cols=8)
+
+``REGISTRY`` maps the names of jaxpo's own environments to where their classes live,
+``name -> "module:Class"`` (imported on first use): ``public_goods``
+(``PublicGoods``), ``traffic_grid`` (``TrafficGrid``), ``wireless``
+(``WirelessAccess``) and ``memory_cue`` (``MemoryCue``). A user's environment is
+registered the same way, by import path or as the class itself
+(``REGISTRY["ring_match"] = RingMatch``), or named without registering as
+``"module:Class"``. ``make`` takes these names and the supported JaxMARL names;
+``registered_names`` lists the registered and the JaxMARL ones.
 """
 
 from __future__ import annotations
@@ -15,8 +24,8 @@ import numpy as np
 
 from .base import AutoReset, Env, TimeStep
 
-# jaxpo's own environments: name -> "module:Class" (imported on first use).
-REGISTRY: dict[str, str] = {
+# jaxpo's own environments: name -> "module:Class" (imported on first use) or an Env class.
+REGISTRY: dict[str, str | type[Env]] = {
     "public_goods": "jaxpo.envs.public_goods:PublicGoods",
     "traffic_grid": "jaxpo.envs.traffic:TrafficGrid",
     "wireless": "jaxpo.envs.wireless:WirelessAccess",
@@ -25,17 +34,31 @@ REGISTRY: dict[str, str] = {
 
 
 def registered_names() -> list[str]:
-    """Names :func:`make` accepts besides any JaxMARL environment name."""
+    """The environment names ``make`` accepts.
+
+    Returns:
+        The sorted names of jaxpo's own environments (``REGISTRY``), then the sorted
+            supported JaxMARL names (``SUPPORTED_JAXMARL``).
+    """
     from .jaxmarl_adapter import SUPPORTED_JAXMARL
 
     return sorted(REGISTRY) + sorted(SUPPORTED_JAXMARL)
 
 
 def describe(env: Env) -> dict:
-    """One line's facts about ``env``: its agents N, observation width O, action space
-    (``Discrete(A)`` or ``Box(A)``; the largest agent's, smaller ones padded), whether it
-    is continuous, and its coupling: ``complete``, ``none`` (identity), ``graph, mean
-    degree d`` (the others an agent's reward depends on), or ``unknown``."""
+    """One line's facts about an environment.
+
+    Args:
+        env: the environment to describe (any ``Env``, wrapped or not).
+
+    Returns:
+        A dict with ``num_agents`` (N), ``obs_dim`` (the observation width O),
+            ``actions`` (``"Discrete(A)"`` or ``"Box(A)"``: the largest agent's action
+            space, smaller ones padded), ``continuous`` (bool) and ``coupling``:
+            ``"complete"`` (all ones), ``"none"`` (the identity), ``"graph, mean degree d"``
+            (d: the mean number of others an agent's reward depends on) or ``"unknown"``
+            (``env.coupling`` is None).
+    """
     continuous = bool(getattr(env, "continuous", False))
     coupling = env.coupling
     if coupling is None:
@@ -53,18 +76,31 @@ def describe(env: Env) -> dict:
 
 
 def make(name: str, **kwargs) -> Env:
-    """Builds environment ``name`` with keyword parameters ``kwargs``.
+    """Builds an environment by name.
 
-    ``name`` is one of jaxpo's own environments (``REGISTRY``) or a JaxMARL
-    environment name (wrapped by :class:`~jaxpo.envs.jaxmarl_adapter.JaxMARLAdapter`).
-    The result follows the array protocol; wrap it in :class:`AutoReset` for rollouts.
-    Unknown parameters are a ValueError that lists the environment's parameters.
+    The result follows the array protocol; wrap it in ``AutoReset`` for rollouts.
+
+    Args:
+        name: a registered environment (``REGISTRY``), an environment class's import
+            path ``"module:Class"`` (the module importable: installed or on
+            ``PYTHONPATH``), or a JaxMARL environment name (wrapped by
+            ``jaxpo.envs.jaxmarl_adapter.JaxMARLAdapter``); see ``registered_names``.
+        **kwargs: the environment's keyword parameters (its constructor's, or for
+            JaxMARL ``JaxMARLAdapter.from_name``'s), e.g. ``rows=8`` for ``traffic_grid``.
+
+    Returns:
+        The environment, an ``Env``.
+
+    Raises:
+        ValueError: if ``name`` is not a non-empty string, is neither registered, an
+            importable ``"module:Class"`` naming an ``Env`` subclass, nor a supported
+            JaxMARL name, or ``kwargs`` holds parameters the environment does not take
+            (the message lists its parameters).
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"env name must be a non-empty string, got {name!r}")
-    if name in REGISTRY:
-        module_name, cls_name = REGISTRY[name].split(":")
-        cls = getattr(importlib.import_module(module_name), cls_name)
+    if name in REGISTRY or ":" in name:
+        cls = _env_class(name, REGISTRY.get(name, name))
         known = [p for p in inspect.signature(cls).parameters if p != "self"]
         unknown = sorted(set(kwargs) - set(known))
         if unknown:
@@ -74,6 +110,20 @@ def make(name: str, **kwargs) -> Env:
     from .jaxmarl_adapter import JaxMARLAdapter
 
     return JaxMARLAdapter.from_name(name, **kwargs)
+
+
+def _env_class(name: str, entry: str | type) -> type[Env]:
+    """The class a registry entry or a ``"module:Class"`` name stands for."""
+    if isinstance(entry, str):
+        module_name, _, cls_name = entry.partition(":")
+        try:
+            entry = getattr(importlib.import_module(module_name), cls_name)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"env {name!r}: cannot import {cls_name!r} from module {module_name!r} ({err}); an "
+                             "environment class is named 'module:Class', the module installed or on PYTHONPATH") from err
+    if not (isinstance(entry, type) and issubclass(entry, Env)):
+        raise ValueError(f"env {name!r} must name a subclass of jaxpo.envs.Env, got {entry!r}")
+    return entry
 
 
 __all__ = ["AutoReset", "Env", "TimeStep", "describe", "make", "registered_names", "REGISTRY"]

@@ -153,3 +153,20 @@ def test_every_own_environment_rejects_unknown_parameters():
     for name in sorted(jaxpo.envs.REGISTRY):
         with pytest.raises(ValueError, match=rf"unknown parameter bogus for env '{name}'; its parameters: "):
             jaxpo.envs.make(name, bogus=1)
+
+
+def test_a_users_environment_is_a_registered_class_or_an_import_path(monkeypatch):
+    from jaxpo.envs.memory import MemoryCue
+
+    monkeypatch.setitem(jaxpo.envs.REGISTRY, "my_cue", MemoryCue)
+    assert jaxpo.envs.make("my_cue", delay=5).max_steps == 6
+    assert jaxpo.envs.make("jaxpo.envs.memory:MemoryCue", delay=2).max_steps == 3
+    with pytest.raises(ValueError, match=r"unknown parameter bogus for env 'jaxpo.envs.memory:MemoryCue'"):
+        jaxpo.envs.make("jaxpo.envs.memory:MemoryCue", bogus=1)
+    with pytest.raises(ValueError, match=r"cannot import 'X' from module 'no_such_module'.*installed or on PYTHONPATH"):
+        jaxpo.envs.make("no_such_module:X")
+    with pytest.raises(ValueError, match=r"env 'numpy:ndarray' must name a subclass of jaxpo.envs.Env"):
+        jaxpo.envs.make("numpy:ndarray")
+    monkeypatch.setitem(jaxpo.envs.REGISTRY, "not_an_env", dict)
+    with pytest.raises(ValueError, match=r"env 'not_an_env' must name a subclass of jaxpo.envs.Env"):
+        jaxpo.envs.make("not_an_env")
