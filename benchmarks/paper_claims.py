@@ -297,7 +297,7 @@ ENVS = {  # name -> (env, env kwargs, radius c, Config options)
     # c = 2 where, on the dynamics alone, a (c − 1)-hop credit should get the decision
     # wrong: a full contribution's value to the 3 agents within 1 hop is 3/5 of its team
     # value 1, below the cost 0.7 (at the default cost 0.5 it is above). Measured: κ = 1
-    # learns the team optimum anyway (README, claim 3).
+    # learns the team optimum anyway (docs/analysis.md, claim 3).
     "pg_c2_cost07": ("public_goods", {"num_agents": 32, "radius": 2, "cost": 0.7}, 2, {}),
 }
 

@@ -12,6 +12,7 @@ import argparse
 import ast
 import json
 import os
+import pathlib
 import re
 import sys
 import typing
@@ -142,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--env-name", default=None, help="marl-eval's env name (default: from the config, e.g. SMAX)")
     ex.add_argument("--task", default=None, help="marl-eval's task name (default: the map or scenario)")
     ex.add_argument("--algorithm", default=None, help="the algorithm's name (default: the support preset)")
+    docs = sub.add_parser("docs", help="serve the documentation site locally (mkdocs serve), or build it",
+                          description="Serves the site of the source checkout jaxpo runs from (its mkdocs.yml), "
+                                      "rebuilding pages as they are edited; --build writes it instead, strictly.")
+    docs.add_argument("--address", default="127.0.0.1:8000", metavar="HOST:PORT", help="where to serve it")
+    docs.add_argument("--build", metavar="DIR", default=None,
+                      help="build the site into DIR with `mkdocs build --strict` and exit")
     return parser
 
 
@@ -457,6 +464,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_docs(args: argparse.Namespace) -> int:
+    """``jaxpo docs``: ``mkdocs serve`` (or ``build --strict``) on the checkout's mkdocs.yml."""
+    import importlib.util
+    import subprocess
+
+    config = pathlib.Path(__file__).resolve().parents[1] / "mkdocs.yml"
+    if not config.exists():
+        return _error("docs", ValueError("the documentation is in jaxpo's source repository: clone it and "
+                                         "`pip install -e \".[dev]\"` there"))
+    if importlib.util.find_spec("mkdocs") is None:
+        return _error("docs", ValueError("mkdocs is not installed: `pip install -e \".[dev]\"` in the checkout"))
+    command = (["build", "--strict", "--site-dir", args.build] if args.build else
+               ["serve", "--dev-addr", args.address])
+    return subprocess.call([sys.executable, "-m", "mkdocs", *command, "--config-file", str(config)])
+
+
 def cmd_envs(args: argparse.Namespace) -> int:
     from jaxpo.envs import describe, make, registered_names
 
@@ -480,7 +503,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"train": cmd_run, "sweep": cmd_run, "envs": cmd_envs, "eval": cmd_eval, "render": cmd_render,
-                "export": cmd_export}
+                "export": cmd_export, "docs": cmd_docs}
     if hasattr(args, "compile_cache"):
         try:
             use_compile_cache(args)

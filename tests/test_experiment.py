@@ -138,7 +138,7 @@ def test_flags_override_the_file_and_sweep_flags_add_axes(tmp_path, capsys):
 @pytest.mark.parametrize("name", shipped_configs())
 def test_shipped_configs_are_complete_and_valid(name):
     """Each shipped file loads, names only known keys, and plans (env, support, hyper
-    checked) without compiling; the reference options are what the README says."""
+    checked) without compiling; the reference options are what docs/concepts.md's methods table says."""
     experiment = load_yaml(config_path(name))
     ready = plan(experiment, run={"out": "/tmp/jaxpo-test-plan", "name": name})
     assert ready.programs and all(p.runs for p in ready.programs)
