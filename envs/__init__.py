@@ -31,6 +31,8 @@ REGISTRY: dict[str, str | type[Env]] = {
     "wireless": "jaxpo.envs.wireless:WirelessAccess",
     "memory_cue": "jaxpo.envs.memory:MemoryCue",
 }
+"""Environment name -> ``"module:Class"`` (imported on first use) or an ``Env`` class:
+what ``make`` finds by name. Add a user's environment with ``REGISTRY[name] = MyEnv``."""
 
 
 def registered_names() -> list[str]:

@@ -8,6 +8,7 @@ checked by the CLI itself (parsed, and for ``train`` / ``sweep`` resolved with
 import contextlib
 import functools
 import http.server
+import inspect
 import os
 import pathlib
 import re
@@ -19,6 +20,9 @@ import threading
 
 import matplotlib
 import pytest
+
+import jaxpo
+import jaxpo.envs
 
 matplotlib.use("Agg")
 
@@ -64,6 +68,17 @@ def test_the_site_builds_strictly_with_every_page_and_the_api_reference(site):
     reference = (site / "reference" / "jaxpo" / "index.html").read_text()
     for name in ("jaxpo.Config", "jaxpo.train", "jaxpo.sweep", "jaxpo.Trainer.run_multiple"):
         assert f'id="{name}"' in reference, name
+    for page, module, prefix in (("jaxpo", jaxpo, "jaxpo."), ("envs", jaxpo.envs, "envs.")):
+        html = (site / "reference" / page / "index.html").read_text()
+        for name in module.__all__:
+            if not inspect.ismodule(getattr(module, name)):  # modules have pages of their own
+                assert f'id="{prefix}{name}"' in html, f"{prefix}{name} is not in the API reference"
+    for module in ("support", "losses"):
+        html = (site / "reference" / module / "index.html").read_text()
+        public = [n for n, v in vars(getattr(jaxpo, module)).items() if not n.startswith("_")
+                  and (inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == getattr(jaxpo, module).__name__]
+        for name in public:
+            assert f'id="jaxpo.{module}.{name}"' in html, f"jaxpo.{module}.{name} is not in the API reference"
     assert (site / "results" / "paper_claims" / "claim1.png").exists()  # the analysis's figures
     assert not (site / "results" / "paper_claims" / "claims.jsonl").exists()  # only figures are published
 
