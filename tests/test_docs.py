@@ -35,8 +35,10 @@ BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 # The guides' Python at CI sizes: (page, text in the block, what CI runs instead). Every
 # replacement must apply, so a guide that changes its sizes changes this table too.
 SMALLER = [
+    ("getting-started.md", "num_envs=32, num_steps=64", "num_envs=8, num_steps=16"),
     ("getting-started.md", "num_updates=100", "num_updates=10"),
-    ("guides/config-files.md", '"steps": 200_000', '"steps": 2048, "progress": False'),
+    ("guides/config-files.md", 'run={"steps": 200_000',
+     'config={"num_envs": 8, "num_steps": 16}, run={"steps": 1024, "progress": False'),
     ("guides/resume.md", '{"env": "public_goods"}', '{"env": "public_goods", "num_envs": 8, "num_steps": 16}'),
     ("guides/resume.md", '"steps": 200_000', '"steps": 2048, "progress": False'),
     ("guides/resume.md", '"steps": 400_000', '"steps": 4096'),
