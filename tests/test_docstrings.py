@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-import jaxpo
 import jaxpo.envs
+from publicapi import public_objects
 
 SECTION = re.compile(r"^(\w[\w ]*):\s*$")  # "Args:", "Returns:", ... alone on a line
 ENTRY = re.compile(r"^(\*{0,2}\w+)(?: \([^)]*\))?:")  # "name:" or "name (type):"
@@ -33,41 +33,6 @@ def sections(doc: str) -> dict[str, set[str]]:
             if depth == indent and ENTRY.match(stripped):
                 found[current].add(ENTRY.match(stripped).group(1).lstrip("*"))
     return found
-
-
-def public_objects():
-    """(qualified name, object) for every public name, the public members of the public
-    modules (``support``, ``losses``, ``envs``) and every public method of a public class."""
-    out = []
-
-    def add_class(qualname, cls):
-        out.append((qualname, cls))
-        for name, member in vars(cls).items():
-            if name.startswith("_"):
-                continue
-            if isinstance(member, (staticmethod, classmethod)):
-                member = member.__func__
-            defined = getattr(member.fget if isinstance(member, property) else member, "__module__", "")
-            if defined.startswith("jaxpo"):  # not what a library generates (flax's ``replace``)
-                out.append((f"{qualname}.{name}", member))
-
-    for module in (jaxpo, jaxpo.envs):
-        for name in module.__all__:
-            value = getattr(module, name)
-            qualname = f"{module.__name__}.{name}"
-            if inspect.ismodule(value):
-                for member_name, member in vars(value).items():
-                    if member_name.startswith("_") or getattr(member, "__module__", None) != value.__name__:
-                        continue
-                    if inspect.isclass(member):
-                        add_class(f"{qualname}.{member_name}", member)
-                    elif inspect.isfunction(member):
-                        out.append((f"{qualname}.{member_name}", member))
-            elif inspect.isclass(value):
-                add_class(qualname, value)
-            else:
-                out.append((qualname, value))
-    return sorted({q: o for q, o in out}.items())
 
 
 OBJECTS = public_objects()
