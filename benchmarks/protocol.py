@@ -100,6 +100,27 @@ def eval_chunk(suite: str, method: str, sections: dict, eval_every: int) -> int:
     return max(1, eval_every // config.steps_per_update)
 
 
+def results_only(run_dir: str) -> bool:
+    """A finished task kept without its per-episode files (a device's results-only copy, or
+    a repository that commits only ``eval.csv`` and ``summary.csv``): its tables cannot be
+    recomputed, so its row and marl-eval entries stay as the call that trained it wrote them."""
+    return os.path.exists(os.path.join(run_dir, "summary.csv")) and not all(
+        os.path.exists(os.path.join(run_dir, f)) for f in ("eval_episodes.csv", "absolute.csv"))
+
+
+def earlier_entries(path: str, exported: list[dict]) -> dict:
+    """The marl-eval entries of ``path`` (an earlier call's ``marl_eval.json``) for every
+    (env, task, algorithm) that ``exported`` does not write again."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        earlier = json.load(f)
+    fresh = {(env, task, algorithm) for result in exported for env, tasks in result.items()
+             for task, algorithms in tasks.items() for algorithm in algorithms}
+    return {env: {task: {algorithm: seeds for algorithm, seeds in algorithms.items() if (env, task, algorithm) not in fresh}
+                  for task, algorithms in tasks.items()} for env, tasks in earlier.items()}
+
+
 def parse_set(text: str) -> tuple[str, str, str]:
     """``--set config.num_envs=4`` -> ``("config", "num_envs", "4")``."""
     name, sep, value = text.partition("=")
@@ -225,15 +246,22 @@ def main(argv=None, hooks=()) -> int:
             if args.tasks and task not in args.tasks:
                 continue
             for method in args.methods:
-                start = time.perf_counter()
+                name, start = f"{task}-{method}", time.perf_counter()
+                if name in done and results_only(os.path.join(args.out, name)):
+                    print(json.dumps(done[name]), flush=True)  # its row stays as the earlier call wrote it
+                    continue
                 run_dir = run_task(args, suite, task, method, hooks)
                 seconds = time.perf_counter() - start
                 row = {"suite": suite, "task": task, "method": method, "config": CONFIGS[suite, method],
                        **task_results(run_dir, int(float(args.steps))), "this_call_seconds": round(seconds, 1)}
-                done[f"{task}-{method}"] = row
+                done[name] = row
                 print(json.dumps(row), flush=True)
-    exported = [marl_eval_results(os.path.join(args.out, name), algorithm=row["method"]) for name, row in done.items()]
-    write_marl_eval(os.path.join(args.out, "marl_eval.json"), merge(*exported))
+    order = [f"{task}-{method}" for suite in ("smax", "mpe") for task in known[suite] for method in METHODS]
+    done = {name: done[name] for name in sorted(done, key=order.index)}  # tables in the suite's order
+    exported = [marl_eval_results(os.path.join(args.out, name), algorithm=row["method"])
+                for name, row in done.items() if not results_only(os.path.join(args.out, name))]
+    marl_eval_path = os.path.join(args.out, "marl_eval.json")
+    write_marl_eval(marl_eval_path, merge(earlier_entries(marl_eval_path, exported), *exported))
     write_text(results_path, json.dumps(done, indent=1))
     write_text(os.path.join(args.out, "results.md"), markdown_table(done))
     plot_suite(args.out, done)

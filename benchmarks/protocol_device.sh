@@ -10,6 +10,9 @@
 # one is skipped on resume). Rejoin and unpack it at benchmarks/results/protocol-gpu (carried in)
 # and the next call continues where this one stopped:
 #   cat protocol-gpu.tar.gz.part-* | tar -xz      (in the repository root)
+# To keep what travels under the device's 64 MiB, a finished task may be carried as results
+# only (eval.csv, summary.csv, absolute.csv, with results.json and marl_eval.json): the suite
+# keeps its row and marl-eval entries as they were (see protocol.results_only).
 # SUITE_ARGS overrides the slice (default: the full protocol, 10M steps x 10 seeds, SMAX first);
 # SUITE_SECONDS bounds the suite so the copy-out always happens.
 set -o pipefail
@@ -27,7 +30,8 @@ timeout "${SUITE_SECONDS:-500}" python3 benchmarks/protocol.py --out "$RESULTS" 
 echo "suite exit $?" | tee -a "$OUT/info.txt"
 EXCLUDE=()
 for run in "$RESULTS"/*/checkpoints; do
-  if [ -e "$(dirname "$run")/summary.csv" ]; then EXCLUDE+=("--exclude=$run"); continue; fi
+  # a finished task needs neither its checkpoints nor its best parameters (the absolute metric is played)
+  if [ -e "$(dirname "$run")/summary.csv" ]; then EXCLUDE+=("--exclude=$run" "--exclude=$(dirname "$run")/eval_best.npz"); continue; fi
   latest=$(ls "$run" | grep -E '^[0-9]+$' | sort -n | tail -1)
   for step in $(ls "$run" | grep -E '^[0-9]+$'); do [ "$step" = "$latest" ] || EXCLUDE+=("--exclude=$run/$step"); done
 done

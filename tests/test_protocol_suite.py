@@ -4,6 +4,7 @@ what is finished, and continues a killed task from its checkpoint to the same re
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -54,6 +55,16 @@ def test_a_finished_task_is_skipped(straight):
     assert metrics.stat().st_mtime_ns == before
 
 
+def test_a_task_kept_as_results_only_keeps_its_row_and_marl_eval_entries(straight, tmp_path):
+    # a device's results-only copy: eval.csv and summary.csv, no per-episode files
+    shutil.copytree(straight, tmp_path, dirs_exist_ok=True)
+    for name in ("eval_episodes.csv", "absolute.csv"):
+        (tmp_path / "simple_spread-ippo" / name).unlink()
+    assert protocol.main([*TINY, "--out", str(tmp_path)]) == 0
+    for name in ("results.json", "marl_eval.json"):
+        assert json.loads((tmp_path / name).read_text()) == json.loads((straight / name).read_text()), name
+
+
 def test_a_killed_task_continues_to_the_same_results(straight, tmp_path):
     with pytest.raises(KeyboardInterrupt):  # in the second chunk, before its checkpoint
         protocol.main([*TINY, "--out", str(tmp_path)], hooks=[StopAfter(2)])
@@ -82,3 +93,20 @@ def test_chunks_are_sized_so_evaluations_keep_the_protocols_cadence():
     assert protocol.eval_chunk("mpe", "mappo", sections, 50_000) == 24
     assert protocol.eval_chunk("mpe", "mappo", {"config": {**sections["config"], "num_envs": "64"}}, 50_000) == 6
     assert protocol.eval_chunk("mpe", "mappo", sections, 100) == 1  # never below one update
+
+
+def test_the_tables_in_the_docs_are_the_suites_own():
+    # the guide shows results.md's rows verbatim; the README's GPU rows carry results.json's numbers
+    root = Path(__file__).resolve().parents[1]
+    guide = (root / "docs/guides/benchmark-protocol.md").read_text()
+    for suite in ("protocol-gpu", "protocol-cpu"):
+        for row in (root / "benchmarks/results" / suite / "results.md").read_text().splitlines()[2:]:
+            assert row in guide, row
+    readme = (root / "README.md").read_text()
+    fmt = lambda d: f"{100 * d['iqm']:.1f} [{100 * d['ci_low']:.1f}, {100 * d['ci_high']:.1f}]"
+    results = json.loads((root / "benchmarks/results/protocol-gpu/results.json").read_text())
+    for row in results.values():
+        published = " / ".join(map(str, protocol.PUBLISHED_SMAX[row["task"]]))
+        line = (f"| {row['task']} | {row['method'].upper()} | {fmt(row['final_win_rate'])} | "
+                f"{fmt(row['absolute_win_rate'])} | {published} |")
+        assert line in readme, line
