@@ -44,7 +44,8 @@ Fields of every line:
     process_wall_s  wall seconds of the whole subprocess for this num_envs (imports, both kinds).
 Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     updates_per_s, num_epochs, num_minibatches, hidden, recurrent, seq_len (L, 1 when
-    feed-forward), scheme, preset, init_compile_s.
+    feed-forward), scheme, preset, init_compile_s, backend_opt_level (``--backend-opt-level``;
+    null: jaxpo's own compiler options).
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
 
 With ``--phases`` (on in ``--matched``) train lines also hold, per phase of an update —
@@ -132,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure an experiment file's config (e.g. jaxpo/experiments/configs/jaxmarl_ippo_rnn_smax.yaml): "
                         "its env, network and schedule; --num-envs (default its own), --seeds and "
                         "--updates-per-chunk still apply")
+    p.add_argument("--backend-opt-level", type=int, choices=(0, 1, 2, 3), default=None,
+                   help="compile the train chunk at this XLA backend (LLVM) optimisation level instead of "
+                        "jaxpo's choice (jaxpo.program.compiled.compiler_options; XLA's default is 3)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per num_envs subprocess")
     p.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -212,7 +216,8 @@ def _measure_train(args) -> dict:
     init_compile_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    chunk = tr.chunk_runs.lower(state, hyper).compile()
+    options = None if args.backend_opt_level is None else {"xla_backend_optimization_level": args.backend_opt_level}
+    chunk = tr.chunk_runs.lower(state, hyper).compile(options)
     compile_s = time.perf_counter() - t0
 
     for _ in range(args.warmup):
@@ -248,6 +253,7 @@ def _measure_train(args) -> dict:
         scheme=config.scheme,
         preset=args.preset,
         critic_input=config.critic_input,
+        backend_opt_level=args.backend_opt_level,
         init_compile_s=round(init_compile_s, 3),
         compile_s=round(compile_s, 3),
         timed_s=round(timed_s, 4),
@@ -544,6 +550,8 @@ def _child_argv(args, num_envs: int, runs: int) -> list[str]:
         argv.append("--phases")
     if args.config:
         argv += ["--config", args.config]
+    if args.backend_opt_level is not None:
+        argv += ["--backend-opt-level", str(args.backend_opt_level)]
     if args.recurrent:
         argv += ["--recurrent"] + ([] if args.seq_len is None else ["--seq-len", str(args.seq_len)])
     for key, value in args.env_arg:

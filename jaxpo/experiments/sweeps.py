@@ -28,7 +28,7 @@ from jaxpo.core.support import Support
 from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict, typed_value
 from jaxpo.experiments.settings import Setting, settings, sweepable, typed_spec
 from jaxpo.program.config import Config, Hyper
-from jaxpo.program.compiled import Trainer, trainer
+from jaxpo.program.compiled import Trainer, compiler_options, trainer
 from jaxpo.program.parallel import agree, describe, gather, is_main_process, padded_size
 from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group
@@ -651,7 +651,8 @@ def _eval_scorer(program: Program, run: Any) -> Callable:
     num_runs, seeds = len(program.runs), [r.seed for r in program.runs]
     env = learner(program.config).env
     play = jax.jit(lambda params, keys: play_episodes(program.config, env, params, keys, run.eval_episodes,
-                                                      run.eval_greedy)[0].mean(axis=1))
+                                                      run.eval_greedy)[0].mean(axis=1),
+                   compiler_options=compiler_options(jax.default_backend()))
 
     def score(state, update: int) -> np.ndarray:
         params = jax.tree.map(lambda x: x[:num_runs], state.params)

@@ -28,6 +28,7 @@ import numpy as np
 from jaxpo.run import checkpoint
 from jaxpo.program.config import Config
 from jaxpo.envs import AutoReset, Env
+from jaxpo.program.compiled import compiler_options
 from jaxpo.program.learner import learner
 from jaxpo.core.networks import ActorCritic, MaskedDiagGaussian
 
@@ -181,12 +182,22 @@ def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
                      f"(run ids {known[0]}..{known[-1]})")
 
 
-@functools.partial(jax.jit, static_argnames=("config", "env", "episodes", "greedy"))
 def play_episodes(config: Config, env: Any, params: Any, keys: jax.Array, episodes: int, greedy: bool):
     """One episode in each of ``episodes`` copies of ``env`` (an ``AutoReset`` env), for
     runs ``params [R, ...]``, run r drawing from ``keys[r]`` alone (so its episodes do
     not depend on which runs are evaluated with it): ``(returns [R, episodes] (team
-    mean), won bool [R, episodes] or None, lengths int32 [R, episodes])``."""
+    mean), won bool [R, episodes] or None, lengths int32 [R, episodes])``. Compiled once
+    per (config, env, episodes, greedy) and shape, with the training programs' options."""
+    return _play_program(jax.default_backend())(config, env, params, keys, episodes, greedy)
+
+
+@functools.cache
+def _play_program(platform: str):
+    return jax.jit(_play_episodes, static_argnames=("config", "env", "episodes", "greedy"),
+                   compiler_options=compiler_options(platform))
+
+
+def _play_episodes(config: Config, env: Any, params: Any, keys: jax.Array, episodes: int, greedy: bool):
     def one_run(params, key):
         policy = Policy(config, params, {}, 0, greedy)
         key_reset, key = jax.random.split(key)
@@ -299,7 +310,7 @@ def episode_frames(policy: Policy, seed: int = 0) -> list[np.ndarray]:
     if not callable(getattr(env, "render", None)):
         raise ValueError(f"environment {policy.config.env!r} cannot render (it has no render method)")
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=compiler_options(jax.default_backend()))
     def play(key):
         key_reset, key = jax.random.split(key)
         state, ts = env.reset(key_reset)
