@@ -295,7 +295,7 @@ VALUE_NORM_SCRIPT = textwrap.dedent(r"""
 
 @pytest.fixture(scope="module")
 def value_norm_8_devices():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", VALUE_NORM_SCRIPT], env=env, capture_output=True, text=True,
                           check=False, timeout=600)
     assert proc.returncode == 0, f"the 8-device script failed:\n{proc.stderr[-4000:]}"

@@ -16,7 +16,7 @@ TOLERANCE = 1.0  # devices8.max_rel_diff: 1 = rtol 1e-5, atol 1e-6
 
 
 def start_devices8(part: str) -> subprocess.Popen:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     return subprocess.Popen([sys.executable, os.path.join(HERE, "devices8.py"), part], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
