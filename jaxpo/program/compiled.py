@@ -56,6 +56,7 @@ def compiler_options(platform: str) -> dict[str, Any] | None:
     """
     return {"xla_backend_optimization_level": 1} if platform == "cpu" else None
 
+
 # What a Trainer answers for its learner (``tr.step`` is ``tr.learner.step``).
 LEARNER_API = ("config", "axis", "env", "net", "critic_dim", "num_agents", "init", "step", "chunk", "collect",
                "update", "training_data", "advantages", "policy", "log_probs", "flat_time_major", "step_keys")
