@@ -38,7 +38,9 @@ INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
 def compiler_options(platform: str) -> dict[str, Any] | None:
-    """XLA options of jaxpo's training and evaluation programs on ``platform``.
+    """XLA options of jaxpo's top-level programs on ``platform``: the chunk, the PBT step,
+    the absolute-metric scorer and rendering (jax refuses options on a nested jit, so
+    ``play_episodes``, which others call inside theirs, keeps XLA's defaults when alone).
 
     On CPU, LLVM runs at -O1 instead of XLA's default -O3, which fully unrolls and
     vectorises every small elementwise loop: a threefry round over a [runs, envs, agents,

@@ -182,22 +182,14 @@ def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
                      f"(run ids {known[0]}..{known[-1]})")
 
 
+@functools.partial(jax.jit, static_argnames=("config", "env", "episodes", "greedy"))
 def play_episodes(config: Config, env: Any, params: Any, keys: jax.Array, episodes: int, greedy: bool):
     """One episode in each of ``episodes`` copies of ``env`` (an ``AutoReset`` env), for
     runs ``params [R, ...]``, run r drawing from ``keys[r]`` alone (so its episodes do
     not depend on which runs are evaluated with it): ``(returns [R, episodes] (team
-    mean), won bool [R, episodes] or None, lengths int32 [R, episodes])``. Compiled once
-    per (config, env, episodes, greedy) and shape, with the training programs' options."""
-    return _play_program(jax.default_backend())(config, env, params, keys, episodes, greedy)
-
-
-@functools.cache
-def _play_program(platform: str):
-    return jax.jit(_play_episodes, static_argnames=("config", "env", "episodes", "greedy"),
-                   compiler_options=compiler_options(platform))
-
-
-def _play_episodes(config: Config, env: Any, params: Any, keys: jax.Array, episodes: int, greedy: bool):
+    mean), won bool [R, episodes] or None, lengths int32 [R, episodes])``. XLA's default
+    options (it is also called inside other jitted programs, which jax allows only
+    without compiler options)."""
     def one_run(params, key):
         policy = Policy(config, params, {}, 0, greedy)
         key_reset, key = jax.random.split(key)
