@@ -190,9 +190,13 @@ def plot_suite(out: str, rows: dict) -> None:
     save_figure(fig, os.path.join(out, "curves.png"))
 
 
+def interval(stats: dict, scale: float = 1) -> str:
+    """``stats`` (``iqm``, ``ci_low``, ``ci_high``) × ``scale`` as the tables print it: ``"98.2 [95.5, 99.3]"``."""
+    return f"{scale * stats['iqm']:.1f} [{scale * stats['ci_low']:.1f}, {scale * stats['ci_high']:.1f}]"
+
+
 def markdown_table(rows: dict) -> str:
     """jaxpo's measured numbers (IQM [95% CI] over seeds, with the budget) beside the published ones."""
-    fmt = lambda d, scale: f"{scale * d['iqm']:.1f} [{scale * d['ci_low']:.1f}, {scale * d['ci_high']:.1f}]"
     lines = ["| task | method | budget (env steps × seeds) | final eval | absolute metric | published (JaxMARL IPPO / MAPPO, Mava rec-IPPO / rec-MAPPO; ~10M steps) |",
              "|---|---|---|---|---|---|"]
     for row in rows.values():
@@ -201,7 +205,7 @@ def markdown_table(rows: dict) -> str:
         published = " / ".join(f"{v}%" for v in PUBLISHED_SMAX[row["task"]]) if smax else "—"
         unit = " (win %)" if smax else " (return)"
         lines.append(f"| {row['task']} | {row['method']} | {row['env_steps']:,} × {row['seeds']} | "
-                     f"{fmt(row['final_' + metric], scale)}{unit} | {fmt(row['absolute_' + metric], scale)} | {published} |")
+                     f"{interval(row['final_' + metric], scale)}{unit} | {interval(row['absolute_' + metric], scale)} | {published} |")
     return "\n".join(lines) + "\n"
 
 

@@ -103,10 +103,9 @@ def test_the_tables_in_the_docs_are_the_suites_own():
         for row in (root / "benchmarks/results" / suite / "results.md").read_text().splitlines()[2:]:
             assert row in guide, row
     readme = (root / "README.md").read_text()
-    fmt = lambda d: f"{100 * d['iqm']:.1f} [{100 * d['ci_low']:.1f}, {100 * d['ci_high']:.1f}]"
     results = json.loads((root / "benchmarks/results/protocol-gpu/results.json").read_text())
     for row in results.values():
         published = " / ".join(map(str, protocol.PUBLISHED_SMAX[row["task"]]))
-        line = (f"| {row['task']} | {row['method'].upper()} | {fmt(row['final_win_rate'])} | "
-                f"{fmt(row['absolute_win_rate'])} | {published} |")
+        line = (f"| {row['task']} | {row['method'].upper()} | {protocol.interval(row['final_win_rate'], 100)} | "
+                f"{protocol.interval(row['absolute_win_rate'], 100)} | {published} |")
         assert line in readme, line

@@ -93,6 +93,8 @@ class Trainer:
         chunk_runs: jitted ``chunk_runs(state, hyper) -> (state, metrics)``, each metric
             ``[R, K]``; it donates ``state``.
         compiles: ``{"init": n, "chunk": n}``, the programs built so far.
+        compiler_options: the XLA options of its top-level programs on its devices
+            (``compiler_options``), for the programs built around it too (PBT's step).
     """
 
     def __init__(self, config: Config, devices: tuple[jax.Device, ...] | None = None):
@@ -104,13 +106,14 @@ class Trainer:
         # Counts of programs built (a trace happens exactly once per compiled signature).
         self.compiles = {"init": 0, "chunk": 0}
         self.state_sharding, self.run_sharding, self._chunk_program = self._layout()
+        self.compiler_options = compiler_options(self.mesh.devices.flat[0].platform)
         self.init_runs = jax.jit(self._counted("init", jax.vmap(self.learner.init)),
                                  in_shardings=self.run_sharding, out_shardings=self.state_sharding,
                                  compiler_options=INIT_COMPILER_OPTIONS)
         self.chunk_runs = jax.jit(self._counted("chunk", self._chunk_program), donate_argnums=0,
                                   in_shardings=(self.state_sharding, self.run_sharding),
                                   out_shardings=(self.state_sharding, self.run_sharding),
-                                  compiler_options=compiler_options(self.mesh.devices.flat[0].platform))
+                                  compiler_options=self.compiler_options)
 
     def __getattr__(self, name: str) -> Any:
         if name in LEARNER_API:

@@ -38,7 +38,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxpo.program.compiled import compiler_options
 from jaxpo.program.config import Hyper
 from jaxpo.program.learner import TrainState
 from jaxpo.program.parallel import gather, put
@@ -269,9 +268,8 @@ class Population:
                 return fn(*args)
 
             replicated = NamedSharding(tr.mesh, P())
-            options = compiler_options(tr.mesh.devices.flat[0].platform)
             self._compiled[size] = jax.jit(counted, out_shardings=out_shardings(replicated),
-                                           compiler_options=options), replicated
+                                           compiler_options=tr.compiler_options), replicated
         return self._compiled[size]
 
     def step(self, tr: Any, chunk: int, state: TrainState, hyper: Hyper, metrics: dict[str, np.ndarray],
