@@ -132,10 +132,12 @@ def parse_set(text: str) -> tuple[str, str, str]:
 
 def iqm_ci(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
     """IQM of ``values`` (one per seed) and its 95% percentile-bootstrap CI (rliable's)."""
-    from rliable import library as rly, metrics
+    from rliable import library as rly
+
+    from jaxpo.run.report import interquartile_mean
 
     scores = {"x": np.asarray(values, np.float64).reshape(-1, 1)}
-    point, ci = rly.get_interval_estimates(scores, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps)
+    point, ci = rly.get_interval_estimates(scores, lambda s: np.array([interquartile_mean(s)]), reps=reps)
     return float(point["x"][0]), float(ci["x"][0, 0]), float(ci["x"][1, 0])
 
 

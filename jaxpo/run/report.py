@@ -183,6 +183,20 @@ def run_summary(metrics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 GROUP_STATS = ("mean", "mean_ci_low", "mean_ci_high", "iqm", "iqm_ci_low", "iqm_ci_high")
 
 
+def interquartile_mean(scores: np.ndarray) -> float:
+    """rliable's ``aggregate_iqm`` (SciPy's 25% ``trim_mean`` over every entry), bit for
+    bit: the same partition, the same elements kept, the same NumPy mean. SciPy's
+    array-API dispatch costs ~0.2 ms a call, which a 2,000-resample bootstrap pays per
+    setting and statistic (50 s of the paper-claims notebook); this costs ~10 µs.
+
+    Args:
+        scores: any shape (rliable's ``[runs, tasks]``), at least one entry.
+    """
+    flat = np.ravel(scores)
+    cut = int(0.25 * flat.size)
+    return np.mean(np.partition(flat, (cut, flat.size - cut - 1))[cut:flat.size - cut])
+
+
 def group_statistics(scores: dict[str, np.ndarray], reps: int = 2000, seed: int = 0) -> dict[str, dict[str, float]]:
     """Mean and interquartile mean of each setting's scores across its runs, each with a
     95% stratified-bootstrap confidence interval (``rliable``, the field's standard).
@@ -199,7 +213,7 @@ def group_statistics(scores: dict[str, np.ndarray], reps: int = 2000, seed: int 
 
     finite = {k: v[np.isfinite(v)].reshape(-1, 1) for k, v in scores.items()}
     usable = {k: v for k, v in finite.items() if len(v)}
-    both = lambda x: np.array([rmetrics.aggregate_mean(x), rmetrics.aggregate_iqm(x)])
+    both = lambda x: np.array([rmetrics.aggregate_mean(x), interquartile_mean(x)])
     if all(len(v) == 1 for v in usable.values()):  # every resample of one run is that run: no bootstrap needed
         points = {k: both(v) for k, v in usable.items()}
         intervals = {k: np.stack([p, p]) for k, p in points.items()}
