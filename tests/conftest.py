@@ -14,6 +14,20 @@ EXPERIMENT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, 
               "run": {"seeds": 2, "progress": False, "steps": 128 * CHUNKS}}
 
 
+# Seconds per module on the 2-core CI machine (one clean run, 2026-12-04), slowest first.
+# xdist (--dist loadscope --no-loadscope-reorder) deals modules out in collection order,
+# the next to whichever worker is about to run dry: the longest start first and the short
+# ones fill the end, so neither worker idles while the other finishes a long module. The
+# rest follow in their usual order.
+SLOWEST_FIRST = {
+    "test_jaxmarl_families.py": 332, "test_jaxmarl_control.py": 161, "test_evaluate.py": 121,
+    "test_multiprocess.py": 113, "test_docs.py": 97, "test_train_schemes.py": 85, "03_paper_claims.ipynb": 85,
+    "test_recurrent.py": 75, "test_diagnostics.py": 73, "test_speed.py": 73, "test_learning_policies.py": 72,
+    "test_population.py": 72, "test_checkpoint.py": 70, "test_protocol.py": 70, "test_parallel.py": 66,
+    "test_cli.py": 63, "test_audit.py": 55,
+}
+
+
 def experiment(out, name, **run):
     """The shared small experiment, written to ``out/name``, with ``run`` settings over it."""
     return {**EXPERIMENT, "run": {**EXPERIMENT["run"], "out": str(out), "name": name, **run}}
@@ -52,6 +66,11 @@ def pytest_configure(config):
     enable_compile_cache(cache)
     if not worker:
         config.jaxpo_compile_cache = cache  # removed by the process that made it
+
+
+def pytest_collection_modifyitems(items):
+    rank = lambda item: -SLOWEST_FIRST.get(os.path.basename(item.nodeid.split("::")[0]), 0)
+    items.sort(key=rank)  # stable: each module's tests keep their order
 
 
 def pytest_unconfigure(config):
