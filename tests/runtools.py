@@ -22,7 +22,7 @@ def completed_episodes(config: Config, params, num_steps: int, reset_key, rollou
     def run(rollout_state, key):
         return rollout(tr.env, tr.net, params, rollout_state, key, num_steps, config.critic_input, policy=policy)[1]
 
-    traj = jax.device_get(run(reset(tr.env, tr.net, reset_key, config.num_envs), rollout_key))
+    traj = jax.device_get(run(reset(tr.env, tr.net, reset_key, config.num_envs, config.critic_input), rollout_key))
     ended = traj.episode_length > 0
     return traj.episode_return[ended], None if traj.episode_won is None else traj.episode_won[ended]
 

@@ -55,7 +55,7 @@ def truncated_rollout(request):
     @jax.jit
     def run(params, key):
         key_reset, key_run = jax.random.split(key)
-        start = reset(tr.env, tr.net, key_reset, TRUNC_ENVS)
+        start = reset(tr.env, tr.net, key_reset, TRUNC_ENVS, critic_input)
         end, traj = rollout(tr.env, tr.net, params, start, key_run, TRUNC_STEPS, critic_input)
 
         def replay(env_state, action):  # the raw env from the same start, with the same actions

@@ -55,7 +55,8 @@ def own_return_of_agent0(result, run, learned: bool, episodes: int = 4) -> float
         logits = tr.net.policy(params, obs, mask).logits if learned else jnp.zeros(mask.shape)
         return distrax.Categorical(logits=jnp.where(is_agent0, logits, 0.0))
 
-    state = reset(tr.env, tr.net, jax.random.PRNGKey(7), result.config.num_envs)
+    state = reset(tr.env, tr.net, jax.random.PRNGKey(7), result.config.num_envs,
+                  result.config.critic_input)
     _, traj = rollout(tr.env, tr.net, params, state, jax.random.PRNGKey(8), episodes * tr.env.max_steps,
                       result.config.critic_input, policy=policy)
     return float(traj.reward[..., 0].sum(0).mean()) / episodes

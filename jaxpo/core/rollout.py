@@ -55,7 +55,8 @@ class RolloutState:
 
     Attributes:
         env_state: the environments' states, batched over ``[E]``.
-        timestep: the last ``TimeStep`` (``obs [E, N, O]`` etc.), to act on next.
+        timestep: the last ``TimeStep`` (``obs [E, N, O]`` etc.), to act on next, as
+            ``acted_on`` keeps it.
         carry: the networks' hidden states ``{"actor", "critic"}: [E, N, H]``
             (H = 0 for feed-forward networks).
         first: bool [E] — ``timestep.obs`` starts an episode (hidden states reset).
@@ -164,14 +165,26 @@ def env_keys(key: jax.Array, num_envs: int, axis_name: str | None = None) -> jax
     return jax.lax.dynamic_slice_in_dim(jax.random.split(key, total), start, num_envs)
 
 
-def reset(env: AutoReset, net: ActorCritic, key: jax.Array, num_envs: int,
+def acted_on(timestep: TimeStep, critic_input: str) -> TimeStep:
+    """The part of a step's ``TimeStep`` the next step reads, which is all the rollout
+    carries: without the pre-reset ``final_obs``/``final_global_state`` (read in the
+    step that made them), and without ``global_state`` when the critic reads local
+    observations. A carried field is part of the training state a chunk returns, so XLA
+    must compute it even when nothing reads it: JaxNav's world state repeats its lidar,
+    twice a step with the auto-reset's, which halved its rollout's speed."""
+    return timestep.replace(global_state=None if critic_input == "local" else timestep.global_state,
+                            final_obs=None, final_global_state=None)
+
+
+def reset(env: AutoReset, net: ActorCritic, key: jax.Array, num_envs: int, critic_input: str,
           axis_name: str | None = None) -> RolloutState:
     """Resets ``num_envs`` environments (this device's share when they are split over
-    ``axis_name``) and the network's hidden states."""
+    ``axis_name``) and the network's hidden states; the state ``rollout`` continues with
+    the same ``critic_input``."""
     env_state, timestep = jax.vmap(env.reset)(env_keys(key, num_envs, axis_name))
     return RolloutState(
         env_state=env_state,
-        timestep=timestep,
+        timestep=acted_on(timestep, critic_input),
         carry=net.initial_carry((num_envs,)),
         first=jnp.ones((num_envs,), bool),
         episode_return=jnp.zeros((num_envs, env.num_agents), jnp.float32),
@@ -236,7 +249,7 @@ def rollout(
         )
         state = RolloutState(
             env_state=env_state,
-            timestep=next_ts,
+            timestep=acted_on(next_ts, critic_input),
             carry=carry,
             first=done,
             episode_return=jnp.where(done[:, None], 0.0, episode_return),

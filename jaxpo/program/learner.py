@@ -124,7 +124,7 @@ class Learner:
         return TrainState(
             params=params,
             opt_state=opt_state,
-            rollout=reset(self.env, self.net, key_env, self.config.num_envs),
+            rollout=reset(self.env, self.net, key_env, self.config.num_envs, self.config.critic_input),
             value_norm=valuenorm.init((self.num_agents,)) if self.config.value_norm else None,
             key=key,
             update=jnp.zeros((), jnp.int32),

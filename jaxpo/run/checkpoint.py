@@ -46,7 +46,7 @@ from jaxpo.program.compiled import trainer
 from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed, chunk_updates
 from jaxpo.run.loggers import MetricsCSV
 
-FORMAT = 2
+FORMAT = 3  # 3: the rollout carries only the TimeStep fields it acts on (rollout.acted_on)
 DIRECTORY = "checkpoints"
 
 
