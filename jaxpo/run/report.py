@@ -187,7 +187,8 @@ def interquartile_mean(scores: np.ndarray) -> float:
     """rliable's ``aggregate_iqm`` (SciPy's 25% ``trim_mean`` over every entry), bit for
     bit: the same partition, the same elements kept, the same NumPy mean. SciPy's
     array-API dispatch costs ~0.2 ms a call, which a 2,000-resample bootstrap pays per
-    setting and statistic (50 s of the paper-claims notebook); this costs ~10 µs.
+    setting and statistic: the paper-claims notebook's claim 2 took 36 s with it, 16 s
+    with this.
 
     Args:
         scores: any shape (rliable's ``[runs, tasks]``), at least one entry.
