@@ -283,12 +283,12 @@ def run_episodes(config: Config, params: Any, run_ids: Any, episodes: int, seed:
 
 def summarize(returns: np.ndarray, won: np.ndarray | None, rate: float) -> list[dict[str, float]]:
     """Per run: episodes, mean, std and IQM (interquartile mean) return, win rate."""
-    from scipy.stats import trim_mean
+    from jaxpo.run.report import interquartile_mean
 
     rows = []
     for r in range(returns.shape[0]):
         row = {"episodes": int(returns.shape[1]), "mean_return": float(returns[r].mean()),
-               "std_return": float(returns[r].std()), "iqm_return": float(trim_mean(returns[r], 0.25))}
+               "std_return": float(returns[r].std()), "iqm_return": float(interquartile_mean(returns[r]))}
         if won is not None:
             row["win_rate"] = float(won[r].mean())
         rows.append({**row, "episodes_per_second": round(rate, 1)})
