@@ -131,14 +131,12 @@ def parse_set(text: str) -> tuple[str, str, str]:
 
 
 def iqm_ci(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """IQM of ``values`` (one per seed) and its 95% percentile-bootstrap CI (rliable's)."""
-    from rliable import library as rly
+    """IQM of ``values`` (one per seed) and its 95% bootstrap CI: ``report.group_statistics``'s
+    (rliable's, its resamples drawn from ``seed``, so a re-export gives the same bounds)."""
+    from jaxpo.run.report import group_statistics
 
-    from jaxpo.run.report import interquartile_mean
-
-    scores = {"x": np.asarray(values, np.float64).reshape(-1, 1)}
-    point, ci = rly.get_interval_estimates(scores, lambda s: np.array([interquartile_mean(s)]), reps=reps)
-    return float(point["x"][0]), float(ci["x"][0, 0]), float(ci["x"][1, 0])
+    stats = group_statistics({"x": np.asarray(values, np.float64)}, reps=reps, seed=seed)["x"]
+    return stats["iqm"], stats["iqm_ci_low"], stats["iqm_ci_high"]
 
 
 def task_results(run_dir: str, steps: int) -> dict:

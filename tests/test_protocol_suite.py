@@ -42,10 +42,20 @@ def test_the_suite_trains_evaluates_and_writes_its_tables(straight):
     assert results["seeds"] == 2 and results["env_steps"] == 512 and results["config"] == "jaxmarl_ippo_ff_mpe.yaml"
     final = [evals["return"][(evals["seed"] == s) & (evals["update"] == 8)][0] for s in sorted(set(evals["seed"]))]
     assert min(final) <= results["final_return"]["iqm"] <= max(final)
+    assert tuple(results["final_return"].values()) == protocol.iqm_ci(final)  # seeded: a re-export gives the same
     data = json.loads((straight / "marl_eval.json").read_text())
     assert sorted(data["MPE"]["simple_spread"]["ippo"]) == ["seed_30", "seed_31"]  # the reference's seed 30
     assert "| simple_spread | ippo | 512 × 2 |" in (straight / "results.md").read_text()
     assert (straight / "curves.png").stat().st_size > 0
+
+
+def test_the_intervals_are_seeded_and_leave_the_callers_random_stream_alone():
+    values = np.random.default_rng(0).normal(size=10)
+    state = np.random.get_state()
+    first = protocol.iqm_ci(values)
+    assert protocol.iqm_ci(values) == first and first[1] < first[0] < first[2]
+    assert protocol.iqm_ci(values, seed=1) != first
+    np.testing.assert_equal(np.random.get_state(), state)
 
 
 def test_a_finished_task_is_skipped(straight):
