@@ -54,6 +54,7 @@ import numpy as np
 import jaxpo
 from jaxpo import envs
 from jaxpo.core.networks import MASKED_LOGIT, ActorCritic
+from jaxpo.core.rollout import acted_on
 from jaxpo.core.rollout import reset as rollout_reset
 from jaxpo.core.rollout import rollout
 
@@ -123,7 +124,9 @@ def uniform_policy(params, obs, mask) -> distrax.Categorical:
 
 
 def env_rate(env: envs.AutoReset, num_envs: int, num_steps: int, min_seconds: float) -> dict:
-    """Env-only rate: jitted ``lax.scan`` of ``num_steps`` vmapped steps of random actions."""
+    """Env-only rate: jitted ``lax.scan`` of ``num_steps`` vmapped steps of random actions,
+    computing what a rollout with a local critic reads of each step (the carried
+    ``acted_on`` TimeStep, the pre-reset observations, the rewards) and no more."""
 
     def step(carry, key):
         state, ts, total = carry
@@ -133,7 +136,7 @@ def env_rate(env: envs.AutoReset, num_envs: int, num_steps: int, min_seconds: fl
         else:  # [E, N]
             actions = uniform_policy(None, None, ts.action_mask).sample(seed=key_act).astype(jnp.int32)
         state, ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state, actions)
-        return (state, ts, total + ts.reward.sum()), None
+        return (state, acted_on(ts, "local"), total + ts.reward.sum() + ts.final_obs.sum()), None
 
     @jax.jit
     def run(state, ts, key):
@@ -142,7 +145,7 @@ def env_rate(env: envs.AutoReset, num_envs: int, num_steps: int, min_seconds: fl
         return state, ts, key, total
 
     state, ts = jax.block_until_ready(jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), num_envs)))
-    key = jax.random.PRNGKey(1)
+    ts, key = acted_on(ts, "local"), jax.random.PRNGKey(1)
     t0 = time.perf_counter()
     compiled = run.lower(state, ts, key).compile()
     compile_s = time.perf_counter() - t0

@@ -24,7 +24,10 @@ Fields of every line:
                     epochs × minibatches of PPO updates, K updates per call, vmapped over
                     runs); "env": random-action rollout of the same environment only
                     (``lax.scan`` of T vmapped ``AutoReset`` steps, uniform over the
-                    action mask, jitted), over the same E × runs environments.
+                    action mask, jitted), over the same E × runs environments,
+                    computing what a rollout reads of each step and no more; "raw":
+                    the JaxMARL environment's own ``step`` likewise (its observations
+                    carried, so XLA cannot drop them).
     env, env_kwargs, num_envs (E per run), num_steps (T), num_agents (N), runs (R,
                     vmapped seeds), backend (``jax.default_backend()``), device_kind,
                     num_devices, jax_version, jaxpo_version.
@@ -423,6 +426,7 @@ def _measure_env(args, raw: bool = False) -> dict:
     import jax.numpy as jnp
 
     from jaxpo import envs
+    from jaxpo.core.rollout import acted_on, critic_features
 
     env = envs.AutoReset(envs.make(args.env, **dict(args.env_arg)))
     num_envs = args.num_envs[0] * args.seeds  # the train kind steps E envs in each of R runs
@@ -445,7 +449,7 @@ def _measure_env(args, raw: bool = False) -> dict:
 
         def step_one(key, state, actions):
             obs, state, reward, dones, _ = inner.step(key, state, {a: actions[i] for i, a in enumerate(agents)})
-            return state, reward
+            return state, obs, reward
 
         def mask_of(state):
             if not env.env._has_avail:  # e.g. MPE: every action always available
@@ -453,27 +457,30 @@ def _measure_env(args, raw: bool = False) -> dict:
             avail = jax.vmap(inner.get_avail_actions)(state)
             return jnp.stack([avail[a] for a in agents], axis=1).astype(bool)
 
-        def one_step(carry, key):
-            state, ts, total = carry
+        def one_step(carry, key):  # carries the observations, as the env kind does: XLA cannot drop them
+            state, obs, total = carry
             key_act, key_env = jax.random.split(key)
             actions = uniform_actions(key_act, mask_of(state))
-            state, reward = jax.vmap(step_one)(jax.random.split(key_env, num_envs), state, actions)
-            return (state, ts, total + sum(r.sum() for r in reward.values())), None
+            state, obs, reward = jax.vmap(step_one)(jax.random.split(key_env, num_envs), state, actions)
+            return (state, obs, total + sum(r.sum() for r in reward.values())), None
 
         @jax.jit
         def reset(key):
             return jax.vmap(reset_one)(jax.random.split(key, num_envs))
-    else:
+    else:  # what a rollout reads of each step: the carried TimeStep (acted_on), the pre-reset
+        # observations its truncation bootstrap values, the rewards
         @jax.jit
         def reset(key):
-            return jax.vmap(env.reset)(jax.random.split(key, num_envs))
+            state, ts = jax.vmap(env.reset)(jax.random.split(key, num_envs))
+            return state, acted_on(ts, args.critic_input)
 
         def one_step(carry, key):
             state, ts, total = carry
             key_act, key_env = jax.random.split(key)
             actions = uniform_actions(key_act, ts.action_mask)
             state, ts = jax.vmap(env.step)(jax.random.split(key_env, num_envs), state, actions)
-            return (state, ts, total + ts.reward.sum()), None
+            final = critic_features(ts.final_obs, ts.final_global_state, args.critic_input)
+            return (state, acted_on(ts, args.critic_input), total + ts.reward.sum() + final.sum()), None
 
     @jax.jit
     def run(state, ts, key):
