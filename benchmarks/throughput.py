@@ -457,7 +457,7 @@ def _measure_env(args, raw: bool = False) -> dict:
             avail = jax.vmap(inner.get_avail_actions)(state)
             return jnp.stack([avail[a] for a in agents], axis=1).astype(bool)
 
-        def one_step(carry, key):  # carries the observations, as the env kind does: XLA cannot drop them
+        def one_step(carry, key):  # the observations carried, as the env kind's: XLA cannot drop them
             state, obs, total = carry
             key_act, key_env = jax.random.split(key)
             actions = uniform_actions(key_act, mask_of(state))
@@ -467,8 +467,8 @@ def _measure_env(args, raw: bool = False) -> dict:
         @jax.jit
         def reset(key):
             return jax.vmap(reset_one)(jax.random.split(key, num_envs))
-    else:  # what a rollout reads of each step: the carried TimeStep (acted_on), the pre-reset
-        # observations its truncation bootstrap values, the rewards
+    else:  # what a rollout reads of each step: the carried TimeStep (acted_on), the critic input
+        # of the pre-reset observations (a truncation bootstraps from its value), the rewards
         @jax.jit
         def reset(key):
             state, ts = jax.vmap(env.reset)(jax.random.split(key, num_envs))
