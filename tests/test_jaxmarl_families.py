@@ -331,11 +331,11 @@ def test_every_supported_name_is_registered():
 
 
 @pytest.mark.parametrize("name", ["jaxmarl_ippo_ff_overcooked", "jaxmarl_ippo_cnn_overcooked",
-                                  "jaxmarl_ippo_rnn_overcooked_v2", "jaxmarl_ippo_ff_hanabi",
-                                  "jaxmarl_ippo_ff_mabrax"])
+                                  "jaxmarl_ippo_rnn_overcooked_v2", "jaxmarl_ippo_ff_hanabi"])
 def test_the_shipped_reference_configs_train_through_the_cli(name, tmp_path):
     """Each file at CI size (its own network kind: MLP, CNN with a shared trunk, CNN + GRU,
-    a shared trunk over Hanabi's legal moves, a Gaussian policy on a brax body)."""
+    a shared trunk over Hanabi's legal moves). ``jaxmarl_ippo_ff_mabrax`` (a Gaussian
+    policy on a brax body) trains through the CLI in test_jaxmarl_control.py's hopper test."""
     from jaxpo import cli
     from jaxpo.run.report import read_csv
 
