@@ -1,10 +1,14 @@
 """Helpers shared by the tests: episodes of a fixed policy, the baselines that
-trained policies are compared with, and a hook that interrupts training.
+trained policies are compared with, a hook that interrupts training, and a CLI run's
+learning curves.
 
 Imported as a plain module (`from runtools import ...`), like envtools.
 """
 
+import os
+
 import jax
+import numpy as np
 
 from jaxpo.core.rollout import reset, rollout
 from jaxpo import Config, trainer
@@ -38,3 +42,17 @@ class StopAfter(Hook):
         self.left -= 1
         if self.left == 0:
             raise KeyboardInterrupt
+
+
+def cli_curves(out_dir, *args: str, metric: str = "return") -> np.ndarray:
+    """``jaxpo train *args`` into ``out_dir/run`` (in this process, no progress bar) and
+    its ``metric`` per run and update, ``[R, U]``, from metrics.csv."""
+    from jaxpo import cli
+    from jaxpo.run.report import read_csv
+
+    assert cli.main(["train", *args, "--out", str(out_dir), "--name", "run", "--no-progress"]) == 0
+    rows = read_csv(os.path.join(str(out_dir), "run", "metrics.csv"))
+    run, update = np.asarray(rows["run_id"], int), np.asarray(rows["update"], int) - 1
+    curves = np.full((run.max() + 1, update.max() + 1), np.nan)
+    curves[run, update] = rows[metric]
+    return curves

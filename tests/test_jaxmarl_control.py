@@ -14,6 +14,7 @@ from jaxpo.core import support
 from jaxpo.envs import AutoReset
 from jaxpo.envs import jaxmarl_adapter
 from jaxpo.envs.jaxmarl_adapter import MABRAX
+from runtools import cli_curves
 
 
 def play(env, num_envs, num_steps, act, seed=0):
@@ -178,16 +179,9 @@ def test_the_mabrax_reference_config_trains_a_hopper_that_stays_up(tmp_path):
     stays up for ≈ 100 (healthy reward 1 per step; measured medians of updates 6-10: 114
     and 110). This is the file's CLI test too: its own body, ant_4x2, is not stepped in
     CI (its coupling graph is tested above), so brax compiles one training program, not two."""
-    from jaxpo import cli
-    from jaxpo.run.report import read_csv
-
-    argv = ["train", "--config", "jaxmarl_ippo_ff_mabrax", "--env", "hopper_3x1", "--env-arg", "episode_length=100",
-            "--num-envs", "32", "--num-steps", "50", "--updates-per-chunk", "10", "--steps", str(10 * 32 * 50),
-            "--seeds", "2", "--seed", "0", "--out", str(tmp_path), "--name", "run", "--no-progress"]
-    assert cli.main(argv) == 0
-    metrics = read_csv(str(tmp_path / "run" / "metrics.csv"))
-    returns = np.zeros((2, 10))  # [seeds, updates]
-    returns[np.asarray(metrics["run_id"], int), np.asarray(metrics["update"], int) - 1] = metrics["return"]
+    returns = cli_curves(tmp_path, "--config", "jaxmarl_ippo_ff_mabrax", "--env", "hopper_3x1", "--env-arg",
+                         "episode_length=100", "--num-envs", "32", "--num-steps", "50", "--updates-per-chunk", "10",
+                         "--steps", str(10 * 32 * 50), "--seeds", "2", "--seed", "0")  # [seeds, updates]
     print("hopper return per update:", np.round(returns, 1))
     assert np.all(returns[:, 0] < 45.0)
     assert np.all(np.median(returns[:, -5:], axis=1) > 80.0)
