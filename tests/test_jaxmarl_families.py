@@ -114,17 +114,17 @@ def test_hanabi_masks_are_the_legal_moves_and_only_the_player_to_move_acts(hanab
     assert env.max_steps == 2 * (50 - 10 + 2) + 8 + 5  # the longest game the rules allow
     np.testing.assert_array_equal(env.coupling, np.ones((2, 2)))
     key = jax.random.PRNGKey(0)
-    state, ts = env.reset(key)
-    legal = env.env.get_legal_moves(state)
+    state, ts = jax.jit(env.reset)(key)  # jitted: Hanabi's eager ops would each compile on their own
+    legal = jax.jit(env.env.get_legal_moves)(state)
     np.testing.assert_array_equal(ts.action_mask, np.stack([legal[a] for a in env.agents]).astype(bool))
     mover = int(np.argmax(np.asarray(state.cur_player_idx)))
     noop = np.eye(env.num_actions, dtype=bool)[-1]
     np.testing.assert_array_equal(ts.action_mask[1 - mover], noop)  # the other player can only wait
     assert ts.action_mask[mover].sum() > 1 and not ts.action_mask[mover, -1]
     play_first = jnp.where(jnp.arange(2) == mover, 5, env.num_actions - 1).astype(jnp.int32)  # 5: play card 0
-    new, ts = env.step(key, state, play_first)
-    raw_obs, raw_new, raw_rew, raw_dones, _ = env.env.step_env(key, state, {a: play_first[i] for i, a in
-                                                                           enumerate(env.agents)})
+    new, ts = jax.jit(env.step)(key, state, play_first)
+    raw_obs, raw_new, raw_rew, raw_dones, _ = jax.jit(env.env.step_env)(key, state, {a: play_first[i] for i, a in
+                                                                                    enumerate(env.agents)})
     np.testing.assert_array_equal(ts.obs, np.stack([raw_obs[a] for a in env.agents]))
     np.testing.assert_array_equal(ts.reward, [raw_rew[a] for a in env.agents])
     np.testing.assert_array_equal(new.fireworks, raw_new.fireworks)
@@ -197,16 +197,17 @@ def test_overcooked_matches_jaxmarl_with_its_shaped_reward(name, layout, shape):
         return new, (errors, bonus.sum())
 
     rollout = jax.vmap(lambda s, k: jax.lax.scan(step, s, jax.random.split(k, 300)))  # 32 envs × 300 steps
-    states = jax.vmap(sparse.env.reset)(jax.random.split(key, 32))[1]
+    states = jax.jit(jax.vmap(sparse.env.reset))(jax.random.split(key, 32))[1]
     lasts, (errors, bonus) = jax.jit(rollout)(states, jax.random.split(jax.random.PRNGKey(1), 32))
     last = jax.tree.map(lambda x: x[0], lasts)
     assert all(float(e.max()) <= 1e-6 for e in errors), [float(e.max()) for e in errors]
     assert float(bonus.sum()) > 0  # random play pays some shaped reward: the sum above was tested
     interact = jnp.full((2,), 5, jnp.int32)
+    step = jax.jit(sparse.step)
     # Overcooked ends only at its time limit: a truncation.
-    _, ts = sparse.step(key, last.replace(step=jnp.int32(sparse.max_steps - 1)), interact)
+    _, ts = step(key, last.replace(step=jnp.int32(sparse.max_steps - 1)), interact)
     assert bool(ts.truncated) and not bool(ts.terminated)
-    _, ts = sparse.step(key, last.replace(step=jnp.int32(sparse.max_steps - 2)), interact)
+    _, ts = step(key, last.replace(step=jnp.int32(sparse.max_steps - 2)), interact)
     assert not bool(ts.done)
 
 
