@@ -54,8 +54,8 @@ def test_per_agent_gradient_statistics_match_numpy_on_per_sample_gradients(monke
                                   tr.flat_time_major(advantage[None]), hyper.S_R, hyper.clip_eps)[0]
 
     size = advantages.shape[0]
-    per_sample = [jax.grad(sample_loss)(actor, jax.tree.map(lambda x: x[b], samples), advantages[b])
-                  for b in range(size)]
+    grad = jax.jit(jax.grad(sample_loss))  # one program for every sample, not each op eagerly
+    per_sample = [grad(actor, jax.tree.map(lambda x: x[b], samples), advantages[b]) for b in range(size)]
     # agent k's slice of every leaf, flattened: [B, N, P_k]; the objective is −loss
     g = -np.stack([np.concatenate([np.asarray(x).reshape(3, -1) for x in jax.tree.leaves(p)], axis=1)
                    for p in per_sample])
@@ -65,7 +65,9 @@ def test_per_agent_gradient_statistics_match_numpy_on_per_sample_gradients(monke
     for name in ("signal", "variance", "snr"):
         np.testing.assert_allclose(np.asarray(got[name]), expected[name], rtol=2e-4, err_msg=name)
     # the ratio product is away from 1 here, so S_R shaped these gradients
-    assert float(diagnostics.importance_weight_stats(tr, actor, (samples, advantages, None), hyper)["variance"]) > 1e-6
+    weights = jax.jit(diagnostics.importance_weight_stats, static_argnums=0)(tr, actor, (samples, advantages, None),
+                                                                             hyper)
+    assert float(weights["variance"]) > 1e-6
 
 
 def test_shared_parameter_agent_shares_sum_to_the_gradient():
@@ -73,13 +75,13 @@ def test_shared_parameter_agent_shares_sum_to_the_gradient():
     hyper = Hyper.create(support.custom(np.eye(3), WINDOW))
     _, moved, (samples, advantages, _) = _moved_state(tr, hyper)
     actor = moved["actor"]
-    shares = diagnostics.sample_gradients(tr, actor, samples, advantages, hyper)  # leaves [B, N, ...]
+    shares = jax.jit(diagnostics.sample_gradients, static_argnums=0)(tr, actor, samples, advantages, hyper)  # [B, N, ...]
 
     def batch_objective(params):
         return -losses.policy_loss(tr.log_probs(params, samples), tr.flat_time_major(samples.log_prob),
                                    tr.flat_time_major(advantages), hyper.S_R, hyper.clip_eps)[0]
 
-    full = jax.grad(batch_objective)(actor)
+    full = jax.jit(jax.grad(batch_objective))(actor)
     for share, whole in zip(jax.tree.leaves(shares), jax.tree.leaves(full)):
         np.testing.assert_allclose(np.asarray(share.sum(1).mean(0)), np.asarray(whole), rtol=1e-4, atol=1e-7)
     # every agent has its own non-zero share
@@ -91,14 +93,16 @@ def test_shared_parameter_agent_shares_sum_to_the_gradient():
 def test_importance_weights_are_one_at_theta_old(recurrent):
     tr = Trainer(Config(recurrent=recurrent, **SMALL))
     stats_fn = jax.jit(diagnostics.importance_weight_stats, static_argnums=0)
+    # Jitted once, outside the loop: the supports are data, so one program serves all three.
+    init, step, collect, log_probs = (jax.jit(f) for f in (tr.init, tr.step, tr.collect, tr.log_probs))
     for sup in (support.ippo(3), support.joint(3), support.custom(np.eye(3), WINDOW)):
         hyper = Hyper.create(sup)
-        state = jax.jit(tr.init)(jax.random.PRNGKey(0), hyper)
-        state, _ = jax.jit(tr.step)(state, hyper)
-        _, _, (samples, advantages, targets) = jax.jit(tr.collect)(state, hyper)
+        state = init(jax.random.PRNGKey(0), hyper)
+        state, _ = step(state, hyper)
+        _, _, (samples, advantages, targets) = collect(state, hyper)
         actor = state.params["actor"]
         # Given the behaviour log-probabilities, every weight is exactly 1, whatever S_R.
-        replayed = jnp.swapaxes(tr.log_probs(actor, samples).reshape(samples.log_prob.shape[1], -1, 3), 0, 1)
+        replayed = jnp.swapaxes(log_probs(actor, samples).reshape(samples.log_prob.shape[1], -1, 3), 0, 1)
         exact = stats_fn(tr, actor, (samples.replace(log_prob=replayed), advantages, targets), hyper)
         assert {k: float(v) for k, v in exact.items()} == {"mean": 1.0, "variance": 0.0, "max": 1.0, "clip_frac": 0.0}
         # Against the rollout's own log-probabilities: XLA evaluates the network in
@@ -119,7 +123,7 @@ def test_training_metrics_are_the_library_statistics_of_the_same_update():
     _, metrics = jax.jit(tr.step)(state, hyper)
     _, _, data = jax.jit(tr.collect)(state, hyper)
 
-    grads = diagnostics.policy_gradient_stats(tr, state.params["actor"], data, hyper)
+    grads = jax.jit(diagnostics.policy_gradient_stats, static_argnums=0)(tr, state.params["actor"], data, hyper)
     for name in ("signal", "variance", "snr"):
         np.testing.assert_allclose(float(metrics[f"pg_{name}"]), float(grads[name].mean()), rtol=1e-5)
     epoch1 = [float(metrics[f"rho_{name}_e1"]) for name in ("mean", "var", "max", "clip")]
@@ -127,7 +131,7 @@ def test_training_metrics_are_the_library_statistics_of_the_same_update():
 
     one_epoch = Trainer(dataclasses.replace(config, num_epochs=1, diagnostics=False))
     after_one = jax.jit(one_epoch.update)(state, data, jax.random.PRNGKey(0), hyper)[0][0]
-    expected = diagnostics.importance_weight_stats(tr, after_one["actor"], data, hyper)
+    expected = jax.jit(diagnostics.importance_weight_stats, static_argnums=0)(tr, after_one["actor"], data, hyper)
     assert float(expected["variance"]) > 1e-6
     for name, short in (("mean", "mean"), ("variance", "var"), ("max", "max"), ("clip_frac", "clip")):
         np.testing.assert_allclose(float(metrics[f"rho_{short}_e2"]), float(expected[name]), rtol=1e-3, atol=1e-6,
