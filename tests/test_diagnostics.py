@@ -75,7 +75,7 @@ def test_shared_parameter_agent_shares_sum_to_the_gradient():
     hyper = Hyper.create(support.custom(np.eye(3), WINDOW))
     _, moved, (samples, advantages, _) = _moved_state(tr, hyper)
     actor = moved["actor"]
-    shares = jax.jit(diagnostics.sample_gradients, static_argnums=0)(tr, actor, samples, advantages, hyper)  # [B, N, ...]
+    shares = jax.jit(diagnostics.sample_gradients, static_argnums=0)(tr, actor, samples, advantages, hyper)
 
     def batch_objective(params):
         return -losses.policy_loss(tr.log_probs(params, samples), tr.flat_time_major(samples.log_prob),
