@@ -75,6 +75,7 @@ def test_shared_parameter_agent_shares_sum_to_the_gradient():
     hyper = Hyper.create(support.custom(np.eye(3), WINDOW))
     _, moved, (samples, advantages, _) = _moved_state(tr, hyper)
     actor = moved["actor"]
+    # leaves [B, N, ...]: each sample's gradient share of each agent
     shares = jax.jit(diagnostics.sample_gradients, static_argnums=0)(tr, actor, samples, advantages, hyper)
 
     def batch_objective(params):
