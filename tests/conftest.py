@@ -14,17 +14,17 @@ EXPERIMENT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, 
               "run": {"seeds": 2, "progress": False, "steps": 128 * CHUNKS}}
 
 
-# Seconds per module on the 2-core CI machine (one clean run, 2026-12-04), slowest first.
+# Seconds per module on the 2-core CI machine (one clean run, 2026-12-05), slowest first.
 # xdist (--dist loadscope --no-loadscope-reorder) deals modules out in collection order,
 # the next to whichever worker is about to run dry: the longest start first and the short
 # ones fill the end, so neither worker idles while the other finishes a long module. The
 # rest follow in their usual order.
 SLOWEST_FIRST = {
-    "test_jaxmarl_families.py": 332, "test_jaxmarl_control.py": 161, "test_evaluate.py": 121,
-    "test_multiprocess.py": 113, "test_docs.py": 97, "test_train_schemes.py": 85, "03_paper_claims.ipynb": 85,
-    "test_recurrent.py": 75, "test_diagnostics.py": 73, "test_speed.py": 73, "test_learning_policies.py": 72,
-    "test_population.py": 72, "test_checkpoint.py": 70, "test_protocol.py": 70, "test_parallel.py": 66,
-    "test_cli.py": 63, "test_audit.py": 55,
+    "test_jaxmarl_families.py": 198, "test_jaxmarl_control.py": 140, "test_multiprocess.py": 106,
+    "test_docs.py": 106, "test_evaluate.py": 102, "test_protocol.py": 94, "test_checkpoint.py": 71,
+    "test_population.py": 68, "test_train_schemes.py": 67, "test_diagnostics.py": 67, "03_paper_claims.ipynb": 66,
+    "test_speed.py": 65, "test_parallel.py": 62, "test_learning_policies.py": 61, "test_cli.py": 52,
+    "test_recurrent.py": 47, "test_audit.py": 38,
 }
 
 
