@@ -46,13 +46,15 @@ class StopAfter(Hook):
 
 def cli_curves(out_dir, *args: str, metric: str = "return") -> np.ndarray:
     """``jaxpo train *args`` into ``out_dir/run`` (in this process, no progress bar) and
-    its ``metric`` per run and update, ``[R, U]``, from metrics.csv."""
+    its ``metric`` per run and update, ``[R, U]``, from metrics.csv (one row each; NaN
+    where a row is missing)."""
     from jaxpo import cli
     from jaxpo.run.report import read_csv
 
     assert cli.main(["train", *args, "--out", str(out_dir), "--name", "run", "--no-progress"]) == 0
     rows = read_csv(os.path.join(str(out_dir), "run", "metrics.csv"))
     run, update = np.asarray(rows["run_id"], int), np.asarray(rows["update"], int) - 1
+    assert len(set(zip(run, update))) == len(run), "metrics.csv repeats a (run, update) row"
     curves = np.full((run.max() + 1, update.max() + 1), np.nan)
     curves[run, update] = rows[metric]
     return curves
