@@ -6,13 +6,13 @@ import re
 
 ROOT = pathlib.Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text()
-TEST_COMMAND = ('pip install -e ".[dev]" && pip install --no-deps "id-marl-eval==0.0.4" && pytest '
-                "&& mkdocs build --strict")
+INSTALL = 'pip install uv && python -m uv pip install -e ".[dev]"'
+TEST_COMMAND = f'{INSTALL} && python -m uv pip install --no-deps "id-marl-eval==0.0.4" && pytest && mkdocs build --strict'
 
 
 def test_quickstart_is_two_commands():
     block = re.search(r"## Quickstart\s+```bash\n(.*?)```", README, re.S).group(1)
-    assert block.strip().splitlines() == ['pip install -e ".[dev]" && jaxpo train', TEST_COMMAND]
+    assert block.strip().splitlines() == [f"{INSTALL} && jaxpo train", TEST_COMMAND]
     ci = (ROOT / ".ci" / "run").read_text()
     assert ci.strip().splitlines()[-1] == TEST_COMMAND  # CI runs exactly the README's test command
     started = (ROOT / "docs" / "getting-started.md").read_text()
