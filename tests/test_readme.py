@@ -6,7 +6,7 @@ import re
 
 ROOT = pathlib.Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text()
-INSTALL = 'pip install uv && python -m uv pip install -e ".[dev]"'
+INSTALL = 'pip install uv && python -m uv pip install --compile-bytecode -e ".[dev]"'
 TEST_COMMAND = f'{INSTALL} && python -m uv pip install --no-deps "id-marl-eval==0.0.4" && pytest && mkdocs build --strict'
 
 
