@@ -203,11 +203,11 @@ def test_overcooked_matches_jaxmarl_with_its_shaped_reward(name, layout, shape):
     assert all(float(e.max()) <= 1e-6 for e in errors), [float(e.max()) for e in errors]
     assert float(bonus.sum()) > 0  # random play pays some shaped reward: the sum above was tested
     interact = jnp.full((2,), 5, jnp.int32)
-    step = jax.jit(sparse.step)
+    sparse_step = jax.jit(sparse.step)
     # Overcooked ends only at its time limit: a truncation.
-    _, ts = step(key, last.replace(step=jnp.int32(sparse.max_steps - 1)), interact)
+    _, ts = sparse_step(key, last.replace(step=jnp.int32(sparse.max_steps - 1)), interact)
     assert bool(ts.truncated) and not bool(ts.terminated)
-    _, ts = step(key, last.replace(step=jnp.int32(sparse.max_steps - 2)), interact)
+    _, ts = sparse_step(key, last.replace(step=jnp.int32(sparse.max_steps - 2)), interact)
     assert not bool(ts.done)
 
 
