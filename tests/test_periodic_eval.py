@@ -21,7 +21,7 @@ from jaxpo.run import checkpoint
 from jaxpo.run.evaluate import load_runs, play_episodes
 from jaxpo.run.events import ChunkEvent, Group, Run, chunk_updates
 from jaxpo.run.export import METRICS_TO_NORMALIZE, marl_eval_results
-from jaxpo.run.periodic_eval import ABSOLUTE_COLUMNS, EPISODE_COLUMNS, EVAL_COLUMNS, Evaluator, eval_keys
+from jaxpo.run.periodic_eval import ABSOLUTE_COLUMNS, ABSOLUTE_UPDATE, EPISODE_COLUMNS, EVAL_COLUMNS, Evaluator, eval_keys
 from runtools import StopAfter  # after the evaluation of that chunk, before its checkpoint
 
 # The tiny program of test_protocol (one compile serves both files): S = 32 env steps per
@@ -247,17 +247,38 @@ def test_the_absolute_metric_replays_each_runs_best_parameters(straight, params_
             assert float(saved[f"{r}/score"]) == max(float(row["return"]) for row in summary if int(row["run_id"]) == r)
             for i, leaf in enumerate(jax.tree.leaves(params_at[best[r]])):
                 np.testing.assert_array_equal(saved[f"{r}/leaf{i}"], leaf[r])
-    # the best parameters, stacked, on the key stream's update 2**32 - 1
+    # the best parameters, stacked, in 10 blocks of EPISODES: block b on the key stream's update 2**32 - 1 - b
     params = jax.tree.map(lambda *xs: np.stack(xs), *[jax.tree.map(lambda x: x[r], params_at[best[r]])
                                                       for r in range(len(SEEDS))])
-    returns, won, lengths = play(params, SEEDS, 2 ** 32 - 1, episodes)
-    assert won is None
+    blocks = [play(params, SEEDS, 2 ** 32 - 1 - b, EPISODES) for b in range(10)]
+    assert all(won is None for _, won, _ in blocks)
+    returns, lengths = (np.concatenate(parts, axis=1) for parts in zip(*[(ret, length) for ret, _, length in blocks]))
+    assert ABSOLUTE_UPDATE == 2 ** 32 - 1
     for r in range(len(SEEDS)):
         mine = [row for row in absolute if int(row["run_id"]) == r]
         np.testing.assert_array_equal(np.float32([float(row["return"]) for row in mine]), returns[r])
         np.testing.assert_array_equal([int(row["length"]) for row in mine], lengths[r])
         assert all(row["won"] == "" for row in mine)
         np.testing.assert_array_equal(result.evaluation.absolute[r][1], returns[r])
+
+
+def test_the_absolute_metric_is_blocks_of_the_evaluations_program(straight, params_at):
+    """Every run of the group, E episodes at a time: the absolute metric adds no compiled
+    program. Here run 0 has no best (it borrows run 1's; its episodes are dropped) and 7
+    episodes are 3 blocks of E = 3, the last cut short."""
+    result, _ = straight
+    group = Group(TINY, [Run(r, f"mappo/seed{s}", "mappo", s) for r, s in enumerate(SEEDS)], UPDATES)
+    evaluator = Evaluator(EVERY, EPISODES, absolute_episodes=7)
+    evaluator.best = {1: (0.0, 6, jax.tree.map(lambda x: x[1], params_at[6]))}
+    programs = play_episodes._cache_size()  # the straight run's evaluations compiled theirs
+    evaluator.end(group, result.state)
+    assert play_episodes._cache_size() == programs
+    assert list(evaluator.absolute) == [1]
+    best_update, returns, won, lengths = evaluator.absolute[1]
+    blocks = [play(params_at[6], SEEDS, ABSOLUTE_UPDATE - b, EPISODES) for b in range(3)]
+    assert best_update == 6 and won is None
+    np.testing.assert_array_equal(returns, np.concatenate([ret[1] for ret, _, _ in blocks])[:7])
+    np.testing.assert_array_equal(lengths, np.concatenate([length[1] for _, _, length in blocks])[:7])
 
 
 def test_no_absolute_metric_when_asked_for_none(tmp_path):
@@ -342,12 +363,12 @@ def test_a_best_loaded_on_resume_is_kept_beside_a_later_improvement(tmp_path):
     played = {}
 
     def play_best(group, params, update, episodes):
-        played.update(params=params, update=update)
+        played.update(params=params, updates=played.get("updates", []) + [update])
         return np.zeros((2, episodes), np.float32), None, np.ones((2, episodes), np.int32)
 
     after._play = play_best
     after.end(group, types.SimpleNamespace(params=params(2)))
-    assert played["update"] == 2 ** 32 - 1
+    assert played["updates"] == [2 ** 32 - 1, 2 ** 32 - 2]  # 4 episodes: two blocks of E = 2
     np.testing.assert_array_equal(played["params"]["w"], np.stack([params(2)["w"][0], params(1)["w"][1]]))
     assert [after.absolute[r][0] for r in (0, 1)] == [2, 1]
 

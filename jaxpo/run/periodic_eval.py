@@ -5,8 +5,9 @@ steps (and after a group's last chunk) it plays ``episodes`` episodes per run wi
 runs' current parameters — one compiled call, vmapped over runs and episodes
 (``jaxpo.run.evaluate.play_episodes``) — and at a group's end the *absolute metric*:
 ``absolute_episodes`` (default 10 × ``episodes``) episodes with each run's best
-evaluated parameters (best mean return; the first of equals). Files in the run
-directory, appended per evaluation like metrics.csv:
+evaluated parameters (best mean return; the first of equals), played ``episodes`` at a
+time by the evaluation's compiled program. Files in the run directory, appended per
+evaluation like metrics.csv:
 
     eval.csv           per run and evaluation: episodes, mean return, win rate, episode length
                        (``elapsed_s``: wall seconds since the group started in this process,
@@ -18,7 +19,8 @@ directory, appended per evaluation like metrics.csv:
 Evaluation draws from its own key stream — run r's key at update u is
 ``fold_in(fold_in(PRNGKey(seed_r), EVAL_STREAM), u)`` — and never touches the
 training state, so training is bitwise the same with or without it, and an episode
-does not depend on which runs are evaluated beside it. On resume the rows after the
+does not depend on which runs are evaluated beside it; the absolute metric's b-th block
+of episodes plays at update ``ABSOLUTE_UPDATE - b`` (2³² − 1 − b). On resume the rows after the
 checkpoint are dropped; the evaluations that follow are recomputed bit for bit (so
 is the best, which ``eval_best.npz`` keeps). Every process evaluates (the parameters
 are gathered); the main one writes.
@@ -41,6 +43,7 @@ from jaxpo.run.evaluate import play_episodes
 from jaxpo.run.report import AppendCSV, write_atomic, write_csv
 
 EVAL_STREAM = 0x65766131  # "eva1": evaluation's own branch of each run's key
+ABSOLUTE_UPDATE = 2 ** 32 - 1  # the absolute metric's block b plays at update ABSOLUTE_UPDATE - b, which no evaluation uses
 
 EVAL_COLUMNS = (*RUN_COLUMNS, "update", "env_steps", "elapsed_s", "episodes", "return", "win_rate", "episode_length")
 EPISODE_COLUMNS = (*RUN_COLUMNS, "update", "env_steps", "elapsed_s", "episode", "return", "length", "won")
@@ -173,14 +176,20 @@ class Evaluator(Hook):
         if not self.absolute_episodes or not runs:
             return
         treedef = jax.tree.structure(state.params)  # saved bests are leaves: their tree is the state's
-        best = [self.best[run.run_id][2] for run in runs]
-        best = [jax.tree.unflatten(treedef, p) if isinstance(p, _Leaves) else p for p in best]
-        params = jax.tree.map(lambda *xs: jnp.stack(xs), *best)
-        sub = Group(group.config, runs, group.num_updates, group.index, group.chunk_offset)
-        # its own stream again, at an update no evaluation uses (-1 as uint32)
-        returns, won, lengths = self._play(sub, params, 2 ** 32 - 1, self.absolute_episodes)
+        as_tree = lambda p: jax.tree.unflatten(treedef, p) if isinstance(p, _Leaves) else p
+        # Every run of the group gets parameters (one never evaluated borrows another's, its
+        # episodes dropped), as host arrays, and the episodes are played E at a time: each
+        # block is a call of the evaluation's compiled program, so the absolute metric adds none.
+        best = [as_tree(self.best.get(run.run_id, self.best[runs[0].run_id])[2]) for run in group.runs]
+        params = jax.tree.map(lambda *xs: np.stack(xs), *best)
+        blocks = [self._play(group, params, ABSOLUTE_UPDATE - b, self.episodes)
+                  for b in range(-(-self.absolute_episodes // self.episodes))]
+        returns, won, lengths = (None if parts[0] is None else np.concatenate(parts, axis=1)[:, :self.absolute_episodes]
+                                 for parts in zip(*blocks))
         rows = []
-        for r, run in enumerate(runs):
+        for r, run in enumerate(group.runs):
+            if run.run_id not in self.best:
+                continue
             best_update = self.best[run.run_id][1]
             self.absolute[run.run_id] = (best_update, returns[r], None if won is None else won[r], lengths[r])
             rows += [[*_run_cells(run), best_update, e, float(returns[r, e]), int(lengths[r, e]),
