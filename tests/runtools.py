@@ -1,6 +1,6 @@
 """Helpers shared by the tests: episodes of a fixed policy, the baselines that
 trained policies are compared with, a hook that interrupts training, and a CLI run's
-learning curves.
+learning curves and summary line.
 
 Imported as a plain module (`from runtools import ...`), like envtools.
 """
@@ -58,3 +58,8 @@ def cli_curves(out_dir, *args: str, metric: str = "return") -> np.ndarray:
     curves = np.full((run.max() + 1, update.max() + 1), np.nan)
     curves[run, update] = rows[metric]
     return curves
+
+
+def reject_nan(name):
+    """``json.loads``' ``parse_constant``: the CLI's summary line must be valid JSON (no NaN)."""
+    raise AssertionError(f"{name} is not valid JSON")

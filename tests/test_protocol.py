@@ -21,6 +21,7 @@ from jaxpo.program.learner import Learner, learning_rate
 from jaxpo.run.driver import run_group
 from jaxpo.run.events import Group, Run
 from jaxpo.run.report import read_csv
+from runtools import reject_nan
 
 N, D, A = 3, 5, 4  # agents, observation width, actions
 HIDDEN = (8, 8)
@@ -442,10 +443,11 @@ def test_each_reference_config_plans_with_its_sources_values(name, tmp_path):
                                                             "updates_per_chunk": program.config.updates_per_chunk})
 
 
-def test_the_smax_reference_trains_through_the_cli_and_exports_for_marl_eval(tmp_path):
+def test_the_smax_reference_trains_through_the_cli_and_exports_for_marl_eval(tmp_path, capsys):
     """JaxMARL's ippo_rnn_smax at CI size (its network, annealing, no agent ids), with
     evaluation during training, then ``jaxpo export``: marl-eval's SMAX/2s3z entry with
-    per-episode win rates."""
+    per-episode win rates. The CLI's SMAX run reports its win rate too (the header line,
+    the summary, metrics.csv's column)."""
     import json
     import jaxpo.experiments
 
@@ -454,6 +456,12 @@ def test_the_smax_reference_trains_through_the_cli_and_exports_for_marl_eval(tmp
             "--hidden", "16", "16", "--steps", str(4 * 4 * 16), "--seeds", "2", "--eval-every", "64",
             "--eval-episodes", "2", "--out", str(tmp_path), "--name", "smax", "--no-progress"]
     assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    env_kwargs = "{'attack_mode': 'closest', 'scenario': '2s3z', 'see_enemy_actions': True, 'walls_cause_death': True}"
+    assert f"HeuristicEnemySMAX {env_kwargs} — 5 agents, 10 actions" in out
+    summary = json.loads(out.strip().splitlines()[-1], parse_constant=reject_nan)
+    assert 0.0 <= summary["win_rate_after"] <= 1.0 and "win rate: before" in out
+    assert "win_rate" in (tmp_path / "smax" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert cli.main(["export", str(tmp_path / "smax")]) == 0
     data = json.loads((tmp_path / "smax" / "marl_eval.json").read_text())
     seeds = data["SMAX"]["2s3z"]["ippo"]
