@@ -31,8 +31,9 @@ def test_minimum_flops_count_each_dense_layer_by_hand():
 
 @pytest.mark.parametrize("share_params", [True, False])
 def test_the_train_step_costs_within_a_few_percent_of_its_network_minimum(share_params):
-    """XLA's flops per env step (rollout + advantages + epochs × minibatches) against the
-    network's analytical minimum (forward passes in the rollout, forward and backward in
+    """XLA's flops per env step (rollout + advantages + epochs × minibatches; of the
+    lowered programs, which the compiled ones match to 0.1%) against the network's
+    analytical minimum (forward passes in the rollout, forward and backward in
     each epoch). Above it by the loss, Adam (per parameter, so minibatches of 512 samples
     keep it small), the environment and the truncation bootstrap (one block of E rows
     when costed); a redundant pass (a second forward, a duplicated epoch, a bootstrap
@@ -42,7 +43,7 @@ def test_the_train_step_costs_within_a_few_percent_of_its_network_minimum(share_
     hyper = jaxpo.Hyper.create(jaxpo.support.ippo(tr.num_agents))
     hyper = jax.tree.map(lambda x: jnp.expand_dims(x, 0), hyper)
     state = jax.eval_shape(tr.init_runs, jax.random.split(jax.random.PRNGKey(0), 1), hyper)
-    flops = phase_costs(tr, state, hyper)["flops_per_env_step"]
+    flops = phase_costs(tr, state, hyper, optimized=False)["flops_per_env_step"]
     minimum = min_flops_per_env_step(tr, config.num_epochs)
     assert flops["total"] == pytest.approx(sum(v for k, v in flops.items() if k != "total"), abs=1.0)
     assert minimum <= flops["total"] <= 1.15 * minimum, (flops, minimum)
@@ -53,7 +54,7 @@ def test_the_train_step_costs_within_a_few_percent_of_its_network_minimum(share_
 
 def test_a_recurrent_shared_trunk_costs_its_network_minimum_too():
     """The SMAX reference's layout (one embedding + GRU for actor and critic, no agent ids)
-    at a small size: XLA's flops per env step, costed with one-step training sequences so
+    at a small size: XLA's flops per env step (lowered), costed with one-step training sequences so
     the GRU's replay is one loop body, against the kernels' analytical count. The rollout
     runs the trunk once per step (the bootstrap only per block of ended steps); a second
     trunk pass would double it, and a replay run twice would double the update."""
@@ -62,7 +63,7 @@ def test_a_recurrent_shared_trunk_costs_its_network_minimum_too():
     tr = jaxpo.trainer(config)
     hyper = jax.tree.map(lambda x: jnp.expand_dims(x, 0), jaxpo.Hyper.create(jaxpo.support.ippo(tr.num_agents)))
     state = jax.eval_shape(tr.init_runs, jax.random.split(jax.random.PRNGKey(0), 1), hyper)
-    flops = phase_costs(tr, state, hyper)["flops_per_env_step"]
+    flops = phase_costs(tr, state, hyper, optimized=False)["flops_per_env_step"]
     minimum = min_flops_per_env_step(tr, config.num_epochs)
     forward = tr.num_agents * dense_flops(tr)[0]
     assert 0.9 * minimum <= flops["total"] <= 1.25 * minimum, (flops, minimum)
