@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -173,12 +174,13 @@ def claim1(n: int, seeds: list[int], steps: int, num_envs: int, out: str | None,
         tr = Trainer(dataclasses.replace(base, adv_norm=norm))
         state, traj = warm_states(tr, seeds[:1], updates=0)
         state, traj = jax.tree.map(lambda x: x[0], (state, traj))
+        data_fn, gradient_fn = jax.jit(tr.training_data), jax.jit(functools.partial(batch_gradient, tr))
         for pair, sups in pairs.items():
             grads = []
             for sup in sups:
                 hyper = Hyper.create(sup)
-                data = jax.jit(tr.training_data)(state, traj, hyper)
-                g = jax.jit(batch_gradient, static_argnums=0)(tr, state.params["actor"], data, hyper)
+                data = data_fn(state, traj, hyper)
+                g = gradient_fn(state.params["actor"], data, hyper)
                 grads.append(np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)]).astype(np.float64))
             a, r = grads
             gradients[f"{pair}/{norm}"] = {
