@@ -140,7 +140,7 @@ def test_training_metrics_are_the_library_statistics_of_the_same_update():
 
 
 def test_diagnostics_are_off_by_default_and_refused_for_exact_happo():
-    names = Trainer(Config(**SMALL)).metric_names
+    names = Trainer(Config(**SMALL)).metric_names()
     assert not [n for n in names if n.startswith(("pg_", "rho_"))]
     with pytest.raises(ValueError, match="Config.diagnostics is for the simultaneous scheme"):
         Config(diagnostics=True, scheme="sequential", share_params=False, **SMALL)

@@ -319,8 +319,8 @@ def test_jaxpo_train_logs_the_annealed_rate_of_every_update(trained):
     assert trained.metrics["lr"].shape == (2, 4)
     np.testing.assert_allclose(trained.metrics["lr"], expected, rtol=1e-6, atol=0)
     assert trained.metrics["lr"][1, 2] == trained.metrics["lr"][1, 3] == 0.0  # past its horizon: 0, not negative
-    assert "lr" in trainer(TINY).metric_names
-    assert "lr" not in trainer(dataclasses.replace(TINY, anneal_lr=False)).metric_names  # a constant rate: no lr
+    assert "lr" in trainer(TINY).metric_names()
+    assert "lr" not in trainer(dataclasses.replace(TINY, anneal_lr=False)).metric_names()  # a constant rate: no lr
 
 
 @pytest.fixture(scope="module")

@@ -473,6 +473,7 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
     log = (log or (lambda line: None)) if writer else (lambda line: None)
     experiment, programs, out_dir, run = plan_.experiment, plan_.programs, plan_.out_dir, plan_.experiment.run
     trainers = [trainer(p.config) for p in programs]
+    traced_before = [tr.compiles["chunk"] for tr in trainers]  # a program's count includes the CSV header's trace
     context = to_dict(experiment)
     logs: list[Hook] = []
     csv = None
@@ -480,8 +481,9 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
         _write_experiment(plan_)
         loggers = parse_loggers(run.log)
         if "csv" in loggers:
-            metric_names = sorted({m for tr in trainers for m in tr.metric_names})
-            csv = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, metric_names)
+            # each program's chunk, traced for its groups: the trace its first chunk then runs
+            names = {m for p, tr in zip(programs, trainers) for m in tr.metric_names(p.group_size, p.hyper)}
+            csv = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, sorted(names))
             logs.append(csv)
         # the loggers' hyperparameters: sections that do not describe the runs are left out (each
         # jaxpo.train run then carries its own scalars in its values)
@@ -518,8 +520,8 @@ def execute(plan_: Plan, log: Callable[[str], None] | None = None, hooks: Sequen
     start = time.perf_counter()
     try:
         index = 0
-        for program, tr in zip(programs, trainers):
-            index = _run_program(program, tr, hooks, guard, index, resume_at, out_dir, csv)
+        for program, tr, before in zip(programs, trainers, traced_before):
+            index = _run_program(program, tr, hooks, guard, index, resume_at, out_dir, csv, before)
     finally:
         close_hooks(owned)
     result = SweepResult(experiment, programs, [], [], out_dir, time.perf_counter() - start, dict(guard.diverged),
@@ -601,11 +603,11 @@ def _write_experiment(plan_: Plan) -> None:
 
 
 def _run_program(program: Program, tr: Trainer, hooks: Sequence, guard: NanGuard, index: int, resume_at: int,
-                 out_dir: str | None, csv: MetricsCSV | None) -> int:
+                 out_dir: str | None, csv: MetricsCSV | None, compiles_before: int) -> int:
     """Trains a program's runs group by group with one compiled chunk; fills its metrics.
     Groups before group ``resume_at`` are finished (their metrics come from their last
-    checkpoint), that one continues from the latest. Returns the next group index."""
-    compiles_before = tr.compiles["chunk"]
+    checkpoint), that one continues from the latest. ``compiles_before``: the trainer's
+    chunk traces before the sweep began. Returns the next group index."""
     size = program.group_size
     parts = []
     for g, lo in enumerate(program.groups()):

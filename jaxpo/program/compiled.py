@@ -158,12 +158,31 @@ class Trainer:
         hyper = Hyper.create(ippo(self.num_agents))
         return jax.eval_shape(self.learner.init, jax.random.PRNGKey(0), hyper), hyper
 
-    @functools.cached_property
-    def metric_names(self) -> tuple[str, ...]:
-        """The names of the per-update metrics ``step`` returns (sorted), found by tracing only."""
-        batched = lambda x: jax.ShapeDtypeStruct((self.run_multiple, *x.shape), x.dtype)
-        abstract = jax.tree.map(batched, self._abstract_run)
-        return tuple(sorted(jax.eval_shape(self._chunk_program, *abstract)[1]))
+    def _abstract_hyper(self, size: int, hyper: Hyper | None = None) -> Hyper:
+        """``hyper``'s layout (leaves ``[R, ...]``, any R; default one dense run's) for
+        ``size`` runs, placed as the driver puts them: ``jax.ShapeDtypeStruct`` leaves."""
+        per_run = self._abstract_run[1] if hyper is None else jax.tree.map(lambda x: x[0], hyper)
+        placed = lambda x: jax.ShapeDtypeStruct((size, *np.shape(x)), jax.dtypes.canonicalize_dtype(np.asarray(x).dtype),
+                                                sharding=self.run_sharding)
+        return jax.tree.map(placed, per_run)
+
+    def metric_names(self, size: int | None = None, hyper: Hyper | None = None) -> tuple[str, ...]:
+        """The names of the per-update metrics ``step`` returns (sorted), by tracing the
+        chunk program, not running it.
+
+        The trace is the program's own: a group of ``size`` runs of ``hyper``'s layout
+        then runs without tracing the chunk again (a run's CSV header costs no trace).
+
+        Args:
+            size: R, the runs of the group it traces (default ``run_multiple``).
+            hyper: the runs' traced values (leaves ``[R, ...]``; default dense supports).
+
+        Returns:
+            The metric names, sorted.
+        """
+        size = size or self.run_multiple
+        traced = self.chunk_runs.trace(self.abstract_state(size), self._abstract_hyper(size, hyper))
+        return tuple(sorted(traced.out_info[1]))
 
     def abstract_state(self, size: int) -> Any:
         """The batched ``TrainState`` of ``size`` runs, by tracing only: the target of a restore.
@@ -175,10 +194,8 @@ class Trainer:
             A ``TrainState`` of ``jax.ShapeDtypeStruct`` leaves ``[size, ...]`` carrying this
                 program's shardings.
         """
-        _, hyper = self._abstract_run
-        batched = lambda x: jax.ShapeDtypeStruct((size, *x.shape), x.dtype)
-        shapes = jax.eval_shape(self.init_runs, jax.ShapeDtypeStruct((size, 2), jnp.uint32),
-                                jax.tree.map(batched, hyper))
+        keys = jax.ShapeDtypeStruct((size, 2), jnp.uint32, sharding=self.run_sharding)
+        shapes = jax.eval_shape(self.init_runs, keys, self._abstract_hyper(size))
         # state_sharding is one sharding, or a tree of them that is a prefix of the state's
         place = lambda sharding, part: jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), part)
