@@ -21,7 +21,8 @@ from jaxpo.run import checkpoint
 from jaxpo.run.evaluate import load_runs, play_episodes
 from jaxpo.run.events import ChunkEvent, Group, Run, chunk_updates
 from jaxpo.run.export import METRICS_TO_NORMALIZE, marl_eval_results
-from jaxpo.run.periodic_eval import ABSOLUTE_COLUMNS, ABSOLUTE_UPDATE, EPISODE_COLUMNS, EVAL_COLUMNS, Evaluator, eval_keys
+from jaxpo.run.periodic_eval import (ABSOLUTE_COLUMNS, ABSOLUTE_UPDATE, EPISODE_COLUMNS, EVAL_COLUMNS, Evaluator,
+                                     eval_keys)
 from runtools import StopAfter  # after the evaluation of that chunk, before its checkpoint
 
 # The tiny program of test_protocol (one compile serves both files): S = 32 env steps per

@@ -162,8 +162,8 @@ class Trainer:
         """``hyper``'s layout (leaves ``[R, ...]``, any R; default one dense run's) for
         ``size`` runs, placed as the driver puts them: ``jax.ShapeDtypeStruct`` leaves."""
         per_run = self._abstract_run[1] if hyper is None else jax.tree.map(lambda x: x[0], hyper)
-        placed = lambda x: jax.ShapeDtypeStruct((size, *np.shape(x)), jax.dtypes.canonicalize_dtype(np.asarray(x).dtype),
-                                                sharding=self.run_sharding)
+        dtype = lambda x: jax.dtypes.canonicalize_dtype(np.asarray(x).dtype)  # as put on a device
+        placed = lambda x: jax.ShapeDtypeStruct((size, *np.shape(x)), dtype(x), sharding=self.run_sharding)
         return jax.tree.map(placed, per_run)
 
     def metric_names(self, size: int | None = None, hyper: Hyper | None = None) -> tuple[str, ...]:

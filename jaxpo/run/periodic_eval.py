@@ -43,7 +43,8 @@ from jaxpo.run.evaluate import play_episodes
 from jaxpo.run.report import AppendCSV, write_atomic, write_csv
 
 EVAL_STREAM = 0x65766131  # "eva1": evaluation's own branch of each run's key
-ABSOLUTE_UPDATE = 2 ** 32 - 1  # the absolute metric's block b plays at update ABSOLUTE_UPDATE - b, which no evaluation uses
+# The absolute metric's block b plays at update ABSOLUTE_UPDATE - b, which no evaluation uses.
+ABSOLUTE_UPDATE = 2 ** 32 - 1
 
 EVAL_COLUMNS = (*RUN_COLUMNS, "update", "env_steps", "elapsed_s", "episodes", "return", "win_rate", "episode_length")
 EPISODE_COLUMNS = (*RUN_COLUMNS, "update", "env_steps", "elapsed_s", "episode", "return", "length", "won")
