@@ -88,6 +88,15 @@ def play(params, seeds, update, episodes):
     return tuple(None if x is None else np.asarray(x) for x in jax.device_get(out))
 
 
+def absolute_by_hand(params, blocks, episodes):
+    """The absolute metric's ``episodes`` as ``play`` plays them, E at a time: ``(returns,
+    won, lengths)``, each ``[R, episodes]`` (won None: public_goods has no win)."""
+    played = [play(params, SEEDS, ABSOLUTE_UPDATE - b, EPISODES) for b in range(blocks)]
+    assert all(won is None for _, won, _ in played)
+    joined = lambda i: np.concatenate([block[i] for block in played], axis=1)[:, :episodes]
+    return joined(0), None, joined(2)
+
+
 def one_run(params, r):
     return jax.tree.map(lambda x: x[r:r + 1], params)
 
@@ -251,9 +260,7 @@ def test_the_absolute_metric_replays_each_runs_best_parameters(straight, params_
     # the best parameters, stacked, in 10 blocks of EPISODES: block b on the key stream's update 2**32 - 1 - b
     params = jax.tree.map(lambda *xs: np.stack(xs), *[jax.tree.map(lambda x: x[r], params_at[best[r]])
                                                       for r in range(len(SEEDS))])
-    blocks = [play(params, SEEDS, 2 ** 32 - 1 - b, EPISODES) for b in range(10)]
-    assert all(won is None for _, won, _ in blocks)
-    returns, lengths = (np.concatenate(parts, axis=1) for parts in zip(*[(ret, length) for ret, _, length in blocks]))
+    returns, _, lengths = absolute_by_hand(params, 10, episodes)
     assert ABSOLUTE_UPDATE == 2 ** 32 - 1
     for r in range(len(SEEDS)):
         mine = [row for row in absolute if int(row["run_id"]) == r]
@@ -276,10 +283,10 @@ def test_the_absolute_metric_is_blocks_of_the_evaluations_program(straight, para
     assert play_episodes._cache_size() == programs
     assert list(evaluator.absolute) == [1]
     best_update, returns, won, lengths = evaluator.absolute[1]
-    blocks = [play(params_at[6], SEEDS, ABSOLUTE_UPDATE - b, EPISODES) for b in range(3)]
+    expected_returns, _, expected_lengths = absolute_by_hand(params_at[6], 3, 7)
     assert best_update == 6 and won is None
-    np.testing.assert_array_equal(returns, np.concatenate([ret[1] for ret, _, _ in blocks])[:7])
-    np.testing.assert_array_equal(lengths, np.concatenate([length[1] for _, _, length in blocks])[:7])
+    np.testing.assert_array_equal(returns, expected_returns[1])
+    np.testing.assert_array_equal(lengths, expected_lengths[1])
 
 
 def test_no_absolute_metric_when_asked_for_none(tmp_path):
