@@ -103,7 +103,9 @@ def browser(site):
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    # Without conftest's preloaded malloc: Chromium exits at start with it.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    driver = webdriver.Chrome(options=options, service=Service(driver_path, env=env))
     driver.set_page_load_timeout(30)
     with contextlib.ExitStack() as stack:
         stack.callback(server.shutdown)
