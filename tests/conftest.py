@@ -93,7 +93,8 @@ def preload_mimalloc():
     except (importlib.metadata.PackageNotFoundError, StopIteration):
         return  # the same tests, compiling more slowly
     preloaded = os.environ.get("LD_PRELOAD", "")
-    os.environ["LD_PRELOAD"] = f"{lib.locate()} {preloaded}".strip()
+    if "libmimalloc" not in preloaded:
+        os.environ["LD_PRELOAD"] = f"{lib.locate()} {preloaded}".strip()
     os.environ.setdefault("MIMALLOC_PURGE_DELAY", "-1")  # 4.3 CPU-s; 4.6 with its default
 
 
