@@ -55,14 +55,18 @@ def pytest_configure(config):
         # clone), so the site it builds next shows them; a developer's notebooks stay as committed.
         config.option.overwrite = True
 
-    # Every program the tests build compiles with LLVM at -O1, as jaxpo's own do on CPU
-    # (jaxpo.program.compiled.compiler_options, 1.15-1.4x less compile for a chunk): the
-    # tests' reference jits and the JaxMARL environments they step too, to the same values
-    # within float32 rounding. Set before any computation starts the backend; subprocesses
-    # inherit it.
+    # Every program the tests build compiles with jaxpo's own CPU options
+    # (jaxpo.program.compiled.CPU_COMPILER_OPTIONS: LLVM at -O1, 1.15-1.4x less compile for a
+    # chunk; no YNNPACK fusions, SMAX's rollout 2x faster): the tests' reference jits and the
+    # JaxMARL environments they step too, to the same values within float32 rounding. Set
+    # before any computation starts the backend; subprocesses inherit it.
+    from jaxpo.program.compiled import CPU_COMPILER_OPTIONS
+
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_backend_optimization_level" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=1".strip()
+    for name, value in CPU_COMPILER_OPTIONS.items():
+        if name not in flags:
+            flags = f"{flags} --{name}={value}".strip()
+    os.environ["XLA_FLAGS"] = flags
     worker = os.environ.get("PYTEST_XDIST_WORKER")  # an xdist worker shares the controller's cache
     cache = os.environ["JAX_COMPILATION_CACHE_DIR"] if worker else tempfile.mkdtemp(prefix="jaxpo-test-xla-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # subprocesses, and the CLI's default

@@ -114,3 +114,46 @@ def test_a_compile_cache_that_cannot_be_created_is_refused_by_name(tmp_path, cap
     err = capsys.readouterr().err
     assert "compile cache directory" in err and str(blocker / "cache") in err
     assert not (tmp_path / "runs").exists()
+
+
+# Run in a fresh process without XLA_FLAGS: the tests' own XLA_FLAGS (conftest) set these options.
+_CPU_OPTIONS_CHECK = r"""
+import json, os
+import jax, numpy as np
+from jaxpo.program import compiled
+
+ours = compiled.compiler_options("cpu")
+units = np.random.default_rng(0).normal(size=(2, 128, 10, 10, 2)).astype(np.float32)
+weights = np.random.default_rng(1).normal(size=(128, 10, 10)).astype(np.float32)
+sum_over_units = lambda x, w: (x * w[..., None]).sum(2)  # SMAX's per-unit sums, [128, 10, 2] per env step
+default, tuned = (jax.jit(sum_over_units, compiler_options=options).lower(units[0], weights).compile()
+                  for options in (None, ours))
+os.environ["XLA_FLAGS"] = "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
+compiled._cpu_compiler_options.cache_clear()
+user_set = compiled.compiler_options("cpu")
+del os.environ["XLA_FLAGS"]
+compiled.CPU_COMPILER_OPTIONS["xla_no_such_option"] = 1
+compiled._cpu_compiler_options.cache_clear()
+print(json.dumps(dict(
+    ours=ours, user_set=user_set, unknown=compiled.compiler_options("cpu"), gpu=compiled.compiler_options("gpu"),
+    ynn=[program.as_text().count("__ynn_fusion") for program in (default, tuned)],
+    error=float(np.abs(tuned(units[1], weights) - default(units[1], weights)).max()),
+)))
+"""
+
+
+def test_cpu_programs_keep_small_reductions_out_of_ynnpack_unless_xla_flags_say_otherwise():
+    """XLA's default hands an environment's small sums to YNNPACK (0.5 ms a call in SMAX's
+    step); jaxpo's CPU options keep them in XLA's own loops, to the same values. An
+    option ``XLA_FLAGS`` names, or one this XLA does not know, is left to XLA."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", _CPU_OPTIONS_CHECK], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["ours"] == {"xla_backend_optimization_level": 1, "xla_cpu_experimental_ynn_fusion_type": ""}
+    assert got["ynn"][0] > 0 and got["ynn"][1] == 0, got["ynn"]  # the default's fusion is gone from ours
+    assert got["error"] < 1e-5
+    assert got["user_set"] == {"xla_backend_optimization_level": 1}
+    assert got["unknown"] == got["ours"]  # the unknown option dropped, the others kept
+    assert got["gpu"] is None

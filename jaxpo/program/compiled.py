@@ -17,12 +17,13 @@ state a checkpoint restores onto. Two layouts (``Config.parallel``):
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxpo.core.rollout import rollout
@@ -37,18 +38,34 @@ from jaxpo.program.parallel import ENV_AXIS, make_mesh
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
+# jaxpo's XLA options on CPU, each explained in ``compiler_options``.
+CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1, "xla_cpu_experimental_ynn_fusion_type": ""}
+
+
 def compiler_options(platform: str) -> dict[str, Any] | None:
     """XLA options of jaxpo's top-level programs on ``platform``: the chunk, the PBT step,
-    the absolute-metric scorer and rendering (jax refuses options on a nested jit, so
-    ``play_episodes``, which others call inside theirs, keeps XLA's defaults when alone).
+    evaluation (``episode_player``) and rendering. jax refuses options on a nested jit, so
+    ``play_episodes``, which others call inside theirs, has none of its own.
 
-    On CPU, LLVM runs at -O1 instead of XLA's default -O3, which fully unrolls and
-    vectorises every small elementwise loop: a threefry round over a [runs, envs, agents,
-    actions] tensor became ~9,000 lines of IR and 0.4–0.9 s of LLVM time, and random
-    numbers were over half of an MPE chunk's LLVM time. At -O1 the chunk compiles
-    1.15–1.4× faster at the same env-steps/s (``benchmarks/results/throughput/
-    compile_options_cpu.jsonl``); values agree with -O3 to float32 rounding. Matrix
-    products are library calls either way. Other platforms keep XLA's defaults.
+    On CPU (``CPU_COMPILER_OPTIONS``):
+
+    * LLVM runs at -O1 instead of XLA's default -O3, which fully unrolls and vectorises
+      every small elementwise loop: a threefry round over a [runs, envs, agents, actions]
+      tensor became ~9,000 lines of IR and 0.4–0.9 s of LLVM time, and random numbers
+      were over half of an MPE chunk's LLVM time. At -O1 the chunk compiles 1.15–1.4×
+      faster at the same env-steps/s (``benchmarks/results/throughput/
+      compile_options_cpu.jsonl``); values agree with -O3 to float32 rounding.
+    * No YNNPACK fusions: XLA's own loops compute every reduction and Eigen every
+      matrix product. By default XLA hands small reductions (an environment's sums over
+      units) and dots to YNNPACK, whose per-call overhead dwarfs their work: in the SMAX
+      2s3z reference chunk one ``[128, 10, 10, 2]`` multiply-and-sum took ~0.5 ms per
+      call, 8 times per env step, and the rollout took 0.96–1.14 s per update instead of
+      0.50–0.51 s (chunk 4,329–4,349 → 5,134–5,247 env-steps/s; MPE at parity,
+      ``benchmarks/results/throughput/ynn_cpu.jsonl``).
+
+    An option this jaxlib's XLA does not know (the YNNPACK one is experimental) or that
+    ``XLA_FLAGS`` sets is left out: XLA's default, or the user's choice, then holds.
+    Other platforms keep XLA's defaults.
 
     Args:
         platform: a device's ``platform`` ("cpu", "gpu", "tpu").
@@ -56,7 +73,25 @@ def compiler_options(platform: str) -> dict[str, Any] | None:
     Returns:
         ``jax.jit``'s ``compiler_options``, or None for XLA's defaults.
     """
-    return {"xla_backend_optimization_level": 1} if platform == "cpu" else None
+    return _cpu_compiler_options() if platform == "cpu" else None
+
+
+@functools.cache
+def _cpu_compiler_options() -> dict[str, Any]:
+    """``CPU_COMPILER_OPTIONS`` less those ``XLA_FLAGS`` names or XLA refuses (tried on a
+    one-element program, ~30 ms each, once per process)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    probe = jax.ShapeDtypeStruct((), np.float32, sharding=SingleDeviceSharding(jax.devices("cpu")[0]))
+    options = {}
+    for name, value in CPU_COMPILER_OPTIONS.items():
+        if name in flags:
+            continue
+        try:
+            jax.jit(lambda x: x + 1, compiler_options={name: value}).lower(probe).compile()
+        except jax.errors.JaxRuntimeError:
+            continue
+        options[name] = value
+    return options
 
 
 # What a Trainer answers for its learner (``tr.step`` is ``tr.learner.step``).
