@@ -28,7 +28,7 @@ from jaxpo.core.support import Support
 from jaxpo.experiments.experiment import Experiment, dump_yaml, from_dict, load_yaml, to_dict, typed_value
 from jaxpo.experiments.settings import Setting, settings, sweepable, typed_spec
 from jaxpo.program.config import Config, Hyper
-from jaxpo.program.compiled import Trainer, compiler_options, trainer
+from jaxpo.program.compiled import Trainer, trainer
 from jaxpo.program.parallel import agree, describe, gather, is_main_process, padded_size
 from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group
@@ -647,18 +647,16 @@ def _eval_scorer(program: Program, run: Any) -> Callable:
     ``run.eval_episodes`` episodes from the evaluation's key stream at that update (the
     episodes the Evaluator plays there), played on the devices from the sharded state."""
     from jaxpo.program.learner import learner
-    from jaxpo.run.evaluate import play_episodes
+    from jaxpo.run.evaluate import episode_player
     from jaxpo.run.periodic_eval import eval_keys
 
     num_runs, seeds = len(program.runs), [r.seed for r in program.runs]
-    env = learner(program.config).env
-    play = jax.jit(lambda params, keys: play_episodes(program.config, env, params, keys, run.eval_episodes,
-                                                      run.eval_greedy)[0].mean(axis=1),
-                   compiler_options=compiler_options(jax.default_backend()))
+    play = episode_player(program.config, learner(program.config).env, run.eval_episodes, run.eval_greedy)
 
     def score(state, update: int) -> np.ndarray:
         params = jax.tree.map(lambda x: x[:num_runs], state.params)
-        return np.asarray(gather(play(params, eval_keys(seeds, update))), np.float64)
+        returns = np.asarray(gather(play(params, eval_keys(seeds, update))[0]))  # [R, episodes]
+        return returns.mean(axis=1).astype(np.float64)  # as the Evaluator's eval_return
 
     return score
 

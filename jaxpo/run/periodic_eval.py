@@ -39,7 +39,7 @@ import numpy as np
 from jaxpo.program.learner import learner
 from jaxpo.program.parallel import gather
 from jaxpo.run.events import RUN_COLUMNS, ChunkEvent, Group, Hook, Run
-from jaxpo.run.evaluate import play_episodes
+from jaxpo.run.evaluate import episode_player
 from jaxpo.run.report import AppendCSV, write_atomic, write_csv
 
 EVAL_STREAM = 0x65766131  # "eva1": evaluation's own branch of each run's key
@@ -125,7 +125,8 @@ class Evaluator(Hook):
     def _play(self, group: Group, params: Any, update: int, episodes: int):
         """``(returns, won or None, lengths)``, each ``[R, episodes]``, for the group's runs."""
         seeds = [run.seed for run in group.runs]
-        out = play_episodes(group.config, learner(group.config).env, params, eval_keys(seeds, update), episodes, self.greedy)
+        play = episode_player(group.config, learner(group.config).env, episodes, self.greedy)
+        out = play(params, eval_keys(seeds, update))
         return tuple(None if x is None else np.asarray(x) for x in jax.device_get(out))
 
     def chunk(self, event: ChunkEvent) -> None:
