@@ -27,10 +27,15 @@ Fields of every line:
                     action mask, jitted), over the same E × runs environments,
                     computing what a rollout reads of each step and no more; "raw":
                     the JaxMARL environment's own ``step`` likewise (its observations
-                    carried, so XLA cannot drop them).
+                    carried, so XLA cannot drop them). Every program measured compiles
+                    with jaxpo's XLA options (``jaxpo.program.compiled.compiler_options``),
+                    the command line's over them.
     env, env_kwargs, num_envs (E per run), num_steps (T), num_agents (N), runs (R,
                     vmapped seeds), backend (``jax.default_backend()``), device_kind,
                     num_devices, jax_version, jaxpo_version.
+    backend_opt_level, xla_options
+                    ``--backend-opt-level`` and the ``--xla-option`` pairs (null: none,
+                    jaxpo's own compiler options).
     compile_s       seconds to lower + compile the timed function (``.lower().compile()``).
     timed_s         wall seconds of the timed calls (after ``--warmup`` untimed calls),
                     ended by ``jax.block_until_ready``: at least ``--chunks`` train calls /
@@ -47,8 +52,7 @@ Fields of every line:
     process_wall_s  wall seconds of the whole subprocess for this num_envs (imports, both kinds).
 Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     updates_per_s, num_epochs, num_minibatches, hidden, recurrent, seq_len (L, 1 when
-    feed-forward), scheme, preset, init_compile_s, backend_opt_level (``--backend-opt-level``;
-    null: jaxpo's own compiler options).
+    feed-forward), scheme, preset, init_compile_s.
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
 
 With ``--phases`` (on in ``--matched``) train lines also hold, per phase of an update —
@@ -138,14 +142,41 @@ def build_parser() -> argparse.ArgumentParser:
                         "its env, network and schedule; --num-envs (default its own), --seeds and "
                         "--updates-per-chunk still apply")
     p.add_argument("--backend-opt-level", type=int, choices=(0, 1, 2, 3), default=None,
-                   help="compile the train chunk at this XLA backend (LLVM) optimisation level instead of "
+                   help="compile at this XLA backend (LLVM) optimisation level instead of "
                         "jaxpo's choice (jaxpo.program.compiled.compiler_options; XLA's default is 3)")
+    p.add_argument("--xla-option", action="append", type=parse_xla_option, default=[], metavar="NAME=VALUE",
+                   help="an XLA option over jaxpo's (repeatable; e.g. xla_cpu_experimental_ynn_fusion_type="
+                        "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE, XLA's CPU default)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per num_envs subprocess")
     p.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
+def parse_xla_option(text: str) -> tuple[str, object]:
+    """``NAME=VALUE`` -> ``(name, value)``; VALUE an int when it reads as one, else the text."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--xla-option must look like NAME=VALUE, got {text!r}")
+    return name, int(value) if value.lstrip("-").isdigit() else value
+
+
 # ---------------------------------------------------------------- measuring (child)
+
+
+def xla_overrides(args) -> dict:
+    """The XLA options given on the command line (``--backend-opt-level``, ``--xla-option``),
+    compiled over jaxpo's own (``compiler_options``) in every measured program."""
+    level = {} if args.backend_opt_level is None else {"xla_backend_optimization_level": args.backend_opt_level}
+    return {**level, **dict(args.xla_option)}
+
+
+def xla_options(args) -> dict:
+    """jaxpo's compiler options on this backend with the command line's over them."""
+    import jax
+
+    from jaxpo.program.compiled import compiler_options
+
+    return {**(compiler_options(jax.default_backend()) or {}), **xla_overrides(args)}
 
 
 def rss_mib() -> float:
@@ -184,6 +215,8 @@ def _common(args, env) -> dict:
         num_devices=jax.device_count(),
         jax_version=jax.__version__,
         jaxpo_version=jaxpo.__version__,
+        backend_opt_level=args.backend_opt_level,
+        xla_options=dict(args.xla_option) or None,
     )
 
 
@@ -220,8 +253,7 @@ def _measure_train(args) -> dict:
     init_compile_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    options = None if args.backend_opt_level is None else {"xla_backend_optimization_level": args.backend_opt_level}
-    chunk = tr.chunk_runs.lower(state, hyper).compile(options)
+    chunk = tr.chunk_runs.lower(state, hyper).compile(xla_overrides(args) or None)  # over the jit's own
     compile_s = time.perf_counter() - t0
 
     for _ in range(args.warmup):
@@ -241,7 +273,7 @@ def _measure_train(args) -> dict:
 
     updates = calls * args.updates_per_chunk
     env_steps = updates * config.steps_per_update * args.seeds
-    phases = _phases(tr, state, hyper) if args.phases else {}
+    phases = _phases(tr, state, hyper, xla_options(args)) if args.phases else {}
     return dict(
         kind="train",
         **_common(args, tr.env),
@@ -257,7 +289,6 @@ def _measure_train(args) -> dict:
         scheme=config.scheme,
         preset=args.preset,
         critic_input=config.critic_input,
-        backend_opt_level=args.backend_opt_level,
         init_compile_s=round(init_compile_s, 3),
         compile_s=round(compile_s, 3),
         timed_s=round(timed_s, 4),
@@ -282,12 +313,12 @@ def _cost(fn, *args, optimized: bool = True) -> tuple[float, float]:
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
 
-def _time_ms(fn, *args, min_seconds: float = 0.5) -> tuple[float, object]:
+def _time_ms(fn, *args, options: dict | None = None, min_seconds: float = 0.5) -> tuple[float, object]:
     """``(mean wall milliseconds of a call of jit(fn)(*args) after one untimed call,
-    its output)``."""
+    its output)``, compiled with XLA ``options``."""
     import jax
 
-    compiled = jax.jit(fn).lower(*args).compile()
+    compiled = jax.jit(fn, compiler_options=options).lower(*args).compile()
     out = jax.block_until_ready(compiled(*args))
     calls, t0 = 0, time.perf_counter()
     while calls < 3 or time.perf_counter() - t0 < min_seconds:
@@ -406,17 +437,18 @@ def phase_costs(tr, state, hyper, blocks: float = 1.0, optimized: bool = True) -
                 bootstrap_blocks=round(blocks, 2))
 
 
-def _phases(tr, state, hyper) -> dict:
-    """Per-phase wall time, XLA cost per env step and its minimum (module docstring)."""
+def _phases(tr, state, hyper, options: dict) -> dict:
+    """Per-phase wall time (each phase compiled with XLA ``options``, the chunk's), XLA
+    cost per env step and its minimum (module docstring)."""
     import jax
 
     cfg = tr.config
     data_of = jax.vmap(tr.training_data)
     update_of = jax.vmap(lambda s, d, h: tr.update(s, d, s.key, h))
     phase_ms = {}  # each phase runs on the previous one's output
-    phase_ms["rollout"], traj = _time_ms(_rollout_of(tr, cfg.num_steps), state)
-    phase_ms["advantages"], data = _time_ms(data_of, state, traj, hyper)
-    phase_ms["update"], _ = _time_ms(update_of, state, data, hyper)
+    phase_ms["rollout"], traj = _time_ms(_rollout_of(tr, cfg.num_steps), state, options=options)
+    phase_ms["advantages"], data = _time_ms(data_of, state, traj, hyper, options=options)
+    phase_ms["update"], _ = _time_ms(update_of, state, data, hyper, options=options)
     return dict(
         phase_ms={k: round(v, 2) for k, v in phase_ms.items()},
         **phase_costs(tr, state, hyper, bootstrap_blocks(traj)),
@@ -500,7 +532,7 @@ def _measure_env(args, raw: bool = False) -> dict:
     key = jax.random.PRNGKey(0)
     state, ts = jax.block_until_ready(reset(key))
     t0 = time.perf_counter()
-    compiled = run.lower(state, ts, key).compile()
+    compiled = run.lower(state, ts, key).compile(xla_options(args))  # as the chunk compiles its rollout
     compile_s = time.perf_counter() - t0
 
     key = jax.random.PRNGKey(1)
@@ -565,6 +597,8 @@ def _child_argv(args, num_envs: int, runs: int) -> list[str]:
         argv += ["--config", args.config]
     if args.backend_opt_level is not None:
         argv += ["--backend-opt-level", str(args.backend_opt_level)]
+    for name, value in args.xla_option:
+        argv += ["--xla-option", f"{name}={value}"]
     if args.recurrent:
         argv += ["--recurrent"] + ([] if args.seq_len is None else ["--seq-len", str(args.seq_len)])
     for key, value in args.env_arg:
