@@ -269,9 +269,9 @@ def _compatible(config: Config, env: Env | None) -> AutoReset:
 @functools.cache
 def episode_player(config: Config, env: Any, episodes: int, greedy: bool) -> Callable:
     """``play_episodes`` of ``(config, env, episodes, greedy)`` as a program of its own,
-    compiled with jaxpo's options (``compiler_options``; on CPU SMAX's evaluation steps
-    twice as fast as with XLA's defaults): ``(params [R, ...], keys [R, 2]) -> (returns,
-    won, lengths)``, each ``[R, episodes]``."""
+    compiled with jaxpo's options (``compiler_options``; on CPU SMAX's environment steps
+    about twice as fast as with XLA's defaults): ``(params [R, ...], keys [R, 2]) ->
+    (returns, won, lengths)``, each ``[R, episodes]``."""
     return jax.jit(lambda params, keys: play_episodes(config, env, params, keys, episodes, greedy),
                    compiler_options=compiler_options(jax.default_backend()))
 
