@@ -81,7 +81,7 @@ def _cpu_compiler_options() -> dict[str, Any]:
     """``CPU_COMPILER_OPTIONS`` less those ``XLA_FLAGS`` names or XLA refuses (tried on a
     one-element program, ~30 ms each, once per process)."""
     flags = os.environ.get("XLA_FLAGS", "")
-    probe = jax.ShapeDtypeStruct((), np.float32, sharding=SingleDeviceSharding(jax.devices("cpu")[0]))
+    probe = jax.ShapeDtypeStruct((), np.float32, sharding=SingleDeviceSharding(jax.local_devices(backend="cpu")[0]))
     options = {}
     for name, value in CPU_COMPILER_OPTIONS.items():
         if name in flags:
