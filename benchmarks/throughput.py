@@ -163,20 +163,16 @@ def parse_xla_option(text: str) -> tuple[str, object]:
 # ---------------------------------------------------------------- measuring (child)
 
 
-def xla_overrides(args) -> dict:
-    """The XLA options given on the command line (``--backend-opt-level``, ``--xla-option``),
-    compiled over jaxpo's own (``compiler_options``) in every measured program."""
-    level = {} if args.backend_opt_level is None else {"xla_backend_optimization_level": args.backend_opt_level}
-    return {**level, **dict(args.xla_option)}
-
-
 def xla_options(args) -> dict:
-    """jaxpo's compiler options on this backend with the command line's over them."""
+    """The XLA options of every measured program: jaxpo's own on this backend
+    (``compiler_options``) with the command line's (``--backend-opt-level``,
+    ``--xla-option``) over them."""
     import jax
 
     from jaxpo.program.compiled import compiler_options
 
-    return {**(compiler_options(jax.default_backend()) or {}), **xla_overrides(args)}
+    level = {} if args.backend_opt_level is None else {"xla_backend_optimization_level": args.backend_opt_level}
+    return {**(compiler_options(jax.default_backend()) or {}), **level, **dict(args.xla_option)}
 
 
 def rss_mib() -> float:
@@ -253,7 +249,7 @@ def _measure_train(args) -> dict:
     init_compile_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    chunk = tr.chunk_runs.lower(state, hyper).compile(xla_overrides(args) or None)  # over the jit's own
+    chunk = tr.chunk_runs.lower(state, hyper).compile(xla_options(args))
     compile_s = time.perf_counter() - t0
 
     for _ in range(args.warmup):
