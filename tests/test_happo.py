@@ -9,7 +9,7 @@ import pytest
 
 from jaxpo.core import happo
 from jaxpo.core.networks import MASKED_LOGIT, MLP
-from jaxpo.core.rollout import Transition
+from jaxpo.core.rollout import Transition, permutation
 
 N, B, O, A = 3, 32, 4, 5
 EPOCHS, MBS = 2, 4
@@ -101,7 +101,7 @@ def reference(params, order, key):
     for m in order:
         factors.append(factor)
         for epoch_key in jax.random.split(agent_keys[m], EPOCHS):
-            perm = np.asarray(jax.random.permutation(epoch_key, B))
+            perm = np.asarray(permutation(epoch_key, B))
             for idx in np.split(perm, MBS):
                 agents[m], opts[m] = _ref_step(agents[m], opts[m], m, idx, factor)
         new_logp = _ref_log_prob(agents[m], m)
