@@ -140,8 +140,9 @@ def permutation(key: jax.Array, n: int) -> jax.Array:
     position = jnp.arange(n, dtype=jnp.uint32)
     perm = position
     for round_key in jax.random.split(key, rounds):
+        # 16 random bits or fewer a round: 16-bit draws, half the random numbers to generate
         draw = jax.random.bits(round_key, (n,), jnp.uint16 if index_bits >= 16 else jnp.uint32)
-        keys = (draw.astype(jnp.uint32) << index_bits) | position
+        keys = (draw.astype(jnp.uint32) << index_bits) | position  # the shift drops the draw's excess bits
         perm = perm[jnp.sort(keys) & ((1 << index_bits) - 1)]
     return perm.astype(jnp.int32)
 
