@@ -12,7 +12,7 @@ Pure functions. N agents; the last axis of every per-agent array is the agent ax
 
 Every matrix, ε and coefficient may be a traced value (the train function is
 vmapped over them), so none of them enters Python control flow. A support is either
-a dense ``[N, N]`` array or its padded neighbour lists (``jaxpo.sparse``, chosen by
+a dense ``[N, N]`` array or its padded neighbour lists (``jaxpo.core.sparse``, chosen by
 ``Hyper.create``); the aggregation functions dispatch on that type, statically.
 Data inputs (old log-probs, advantages, old values, returns) are wrapped in ``stop_gradient``:
 gradients flow only through the current ``log_prob``, ``values`` and ``entropy``.
@@ -61,7 +61,7 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
     Args:
         advantages: ``[..., N]`` per-agent advantages A_j (any leading axes, agent axis last).
         S_A: ``[N, N]`` advantage support (row i = weights of term i), or its row lists
-            (``jaxpo.sparse.NeighbourLists`` with ``by_column=False``, ``[N, K]`` leaves:
+            (``jaxpo.core.sparse.NeighbourLists`` with ``by_column=False``, ``[N, K]`` leaves:
             O(N·K) instead of O(N²)); may be traced.
 
     Returns:
@@ -364,7 +364,7 @@ def value_loss_huber(
     ``harl/algorithms/critics/v_critic.py``; defaults ``huber_delta = 10``,
     ``use_huber_loss``/``use_clipped_value_loss`` True (on-policy
     ``onpolicy/config.py``, HARL ``harl/configs/algos_cfgs/mappo.yaml``). There the
-    targets are first normalised with ValueNorm (``jaxpo.valuenorm``: ``update`` with
+    targets are first normalised with ValueNorm (``jaxpo.core.valuenorm``: ``update`` with
     the returns, then ``normalize``), so ``returns`` should be the normalised
     returns and ``values``/``old_values`` the critic's normalised outputs.
     Differences from the reference: it averages over every (batch, agent) entry
