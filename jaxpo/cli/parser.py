@@ -29,7 +29,17 @@ SPECIAL = {("config", "env_kwargs"), ("sweep", "grid"), ("sweep", "random"), ("s
 
 
 def parse_env_arg(text: str) -> tuple[str, object]:
-    """``KEY=VALUE`` -> ``(key, value)``; VALUE is a Python literal when it parses as one."""
+    """Reads one ``--env-arg``.
+
+    Args:
+        text: ``KEY=VALUE``; VALUE is a Python literal when it parses as one, else a string.
+
+    Returns:
+        ``(key, value)``.
+
+    Raises:
+        argparse.ArgumentTypeError: if there is no ``=``.
+    """
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"--env-arg must look like KEY=VALUE, got {text!r}")
     key, value = text.split("=", 1)
@@ -41,6 +51,7 @@ def parse_env_arg(text: str) -> tuple[str, object]:
 
 
 def _sweep_arg(text: str) -> tuple[str, str, object]:
+    """One ``--sweep NAME=VALUES`` as ``(kind, name, values)`` (``jaxpo.experiments.settings.parse_axis``)."""
     from jaxpo.experiments.settings import parse_axis
 
     try:
@@ -50,6 +61,7 @@ def _sweep_arg(text: str) -> tuple[str, str, object]:
 
 
 def _typed_arg(hint, flag: str):
+    """The converter of a flag's text to its field's type ``hint`` (``jaxpo.program.fields.coerce``)."""
     def convert(text: str):
         try:
             return coerce(text, hint, flag)
@@ -61,6 +73,7 @@ def _typed_arg(hint, flag: str):
 
 
 def _add_section(parser: argparse.ArgumentParser, section: str) -> None:
+    """Adds a flag per field of ``section``, its value stored under the field's path (``config.num_envs``)."""
     docs, defaults = field_docs(SECTIONS[section]), to_dict(Experiment())[section]
     metavars = {int: "INT", float: "FLOAT", str: "TEXT"}
     group = parser.add_argument_group(TITLES[section])
@@ -97,6 +110,12 @@ def _add_section(parser: argparse.ArgumentParser, section: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``jaxpo`` command's parser, every subcommand and flag.
+
+    Returns:
+        The parser; ``train`` / ``sweep`` flags store their values under the fields'
+            paths, so ``args`` maps straight onto the experiment's sections.
+    """
     parser = argparse.ArgumentParser(
         prog="jaxpo",
         description="Cooperative multi-agent policy optimisation defined by support matrices (S_A, S_R).",
@@ -146,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_policy_commands(sub) -> None:
+    """Adds ``jaxpo eval`` and ``jaxpo render``, which read a run directory's checkpoints."""
     ev = sub.add_parser("eval", help="evaluate the trained policies of a run directory",
                         description="Loads each run's newest checkpoint and plays --episodes episodes per run "
                                     "(compiled, vmapped over episodes and runs); prints JSON and writes "

@@ -18,7 +18,14 @@ from jaxpo.core.checks import positive_int
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and checkpoint_eval.csv."""
+    """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and checkpoint_eval.csv.
+
+    Args:
+        args: ``run_dir``, ``run`` (None: every run), ``episodes``, ``seed``, ``greedy``.
+
+    Returns:
+        0; 2 after a usage error (no checkpoint, a run id it does not hold).
+    """
     from jaxpo.run import checkpoint
     from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes, summarize
     from jaxpo.run.report import write_csv
@@ -63,7 +70,14 @@ def _take_runs(tree, index):
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """``jaxpo render``: one episode of run ``--run`` to ``--out``."""
+    """``jaxpo render``: one episode of run ``--run`` to ``--out``.
+
+    Args:
+        args: ``run_dir``, ``run``, ``seed``, ``greedy``, ``out`` (.gif or .mp4), ``fps``.
+
+    Returns:
+        0; 2 after a usage error (an animation path of another suffix, no checkpoint).
+    """
     from jaxpo.run.evaluate import check_animation_path, load_policy, render_episode
 
     try:
@@ -77,7 +91,14 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``jaxpo export``: marl-eval JSON of one or more run directories."""
+    """``jaxpo export``: marl-eval JSON of one or more run directories.
+
+    Args:
+        args: ``run_dirs``, ``out`` (needed for several), and marl-eval's names.
+
+    Returns:
+        0; 2 after a usage error (several directories and no ``--out``).
+    """
     from jaxpo.run.export import marl_eval_results, merge, write_marl_eval
 
     try:
@@ -94,7 +115,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    """``jaxpo docs``: ``mkdocs serve`` (or ``build --strict``) on the checkout's mkdocs.yml."""
+    """``jaxpo docs``: ``mkdocs serve`` (or ``build --strict``) on the checkout's mkdocs.yml.
+
+    Args:
+        args: the parsed flags of the command.
+
+    Returns:
+        mkdocs's exit status, or 2 when there is no checkout or no mkdocs.
+    """
     import importlib.util
     import subprocess
 
@@ -110,6 +138,14 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
+    """``jaxpo envs``: every registered environment with its agents, spaces and coupling.
+
+    Args:
+        args: the parsed flags (``names``: only the names, one a line).
+
+    Returns:
+        0.
+    """
     from jaxpo.envs import describe, make, registered_names
 
     if args.names:

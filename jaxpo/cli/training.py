@@ -21,8 +21,19 @@ from jaxpo.run.report import final_mean
 
 
 def experiment_from_args(args: argparse.Namespace) -> Experiment:
-    """Defaults (or, with ``--resume``, the checkpoint's experiment), then ``--config``,
-    then the flags given. Raises ValueError naming a bad value."""
+    """The experiment the flags ask for.
+
+    Args:
+        args: the parsed flags of ``train`` / ``sweep`` (fields under their paths).
+
+    Returns:
+        Defaults (or, with ``--resume``, the checkpoint's experiment), then ``--config``,
+            then the flags given.
+
+    Raises:
+        ValueError: naming a bad value (a ``FieldError`` when it is a field's), or
+            ``--resume`` with ``--out`` / ``--name``.
+    """
     from jaxpo.experiments.sweeps import resume_experiment
 
     resume = getattr(args, "resume", None)
@@ -51,7 +62,15 @@ def _mean(values: np.ndarray) -> float | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``jaxpo train`` and ``jaxpo sweep``: check everything, then train."""
+    """``jaxpo train`` and ``jaxpo sweep``: check everything, then train.
+
+    Args:
+        args: the parsed flags of the command.
+
+    Returns:
+        The exit status: 0, 1 if a run diverged (``--on-nan stop``), or 2 after printing
+            a usage error.
+    """
     from jaxpo.run.guard import NonFiniteError
     from jaxpo.experiments.sweeps import plan
 
@@ -74,6 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _train(ready) -> int:
+    """Trains the plan's one program and prints what it trained and a JSON summary."""
     from jaxpo.experiments.sweeps import execute
 
     program = ready.programs[0]
@@ -107,6 +127,7 @@ def _train(ready) -> int:
 
 
 def _sweep(ready) -> int:
+    """Runs every program of the plan and prints each setting's final return with its CIs."""
     from jaxpo.experiments.sweeps import execute
 
     result = execute(ready, log=print)
