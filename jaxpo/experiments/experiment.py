@@ -334,11 +334,12 @@ class Experiment:
             if section not in SECTIONS:
                 raise ValueError(f"unknown section {section!r}; sections: {', '.join(SECTIONS)}")
             if not isinstance(values, Mapping):
-                raise ValueError(f"{section} must be a mapping of field names to values, got {values!r}")
+                raise FieldError(section, f"must be a mapping of field names to values, got {values!r}")
             fields = section_fields(section)
             unknown = [k for k in values if k not in fields]
             if unknown:
-                raise ValueError(f"unknown key {section}.{unknown[0]}; {section} has: {', '.join(fields)}")
+                raise FieldError.saying(f"{section}.{unknown[0]}", f"unknown key {section}.{unknown[0]}; "
+                                                                   f"{section} has: {', '.join(fields)}")
             typed = {k: typed_value(section, k, v, f"{section}.{k}") for k, v in values.items()}
             changes[section] = dataclasses.replace(getattr(self, section), **typed)
         return dataclasses.replace(self, **changes)

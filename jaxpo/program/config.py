@@ -311,13 +311,25 @@ class Bounds:
             return f"in [{self.low:g}, {self.high:g}]"
         return f"{'>' if self.low_open else '>='} {self.low:g}"
 
-    def check(self, name: str, value: Any) -> float:
-        """``value`` as a float, or a ``FieldError`` naming ``name`` (``hyper.lr``) and the range."""
+    def check(self, path: str, value: Any, shown: str | None = None) -> float:
+        """``value`` as a float, checked to lie in the range.
+
+        Args:
+            path: the field's path (``hyper.lr``), for the error.
+            value: the value.
+            shown: how the error names the field (default: ``path``).
+
+        Returns:
+            ``float(value)``.
+
+        Raises:
+            FieldError: if ``value`` is not a finite number within the range.
+        """
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(value):
-            raise FieldError(name, f"must be a finite number, got {value!r}")
+            raise FieldError(path, f"must be a finite number, got {value!r}", shown=shown)
         below = value <= self.low if self.low_open else value < self.low
         if below or (self.high is not None and value > self.high):
-            raise FieldError(name, f"must be {self}, got {value:g}")
+            raise FieldError(path, f"must be {self}, got {value:g}", shown=shown)
         return float(value)
 
 
@@ -413,7 +425,7 @@ class Hyper:
         if unknown:
             raise ValueError(f"unknown hyperparameter {unknown[0]!r}; known: {', '.join(bounds)}")
         values = {**cls().scalars(), **scalars}
-        values = {name: bounds[name].check(name, value) for name, value in values.items()}
+        values = {name: bounds[name].check(f"hyper.{name}", value, shown=name) for name, value in values.items()}
         if not isinstance(support, Support):
             raise ValueError(f"support must be a jaxpo.support.Support, got {type(support).__name__}")
         support.validate()
