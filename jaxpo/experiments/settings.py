@@ -86,10 +86,14 @@ def _check_axes(experiment: Experiment) -> None:
         raise FieldError.saying("sweep.samples", Ref("sweep.samples"), " is set but the sweep has no random axes")
 
 
-def _typed(name: str, value: Any, where: str) -> Any:
-    """``value`` as the type of sweepable field ``name``; whether it fits the rest of its
-    setting is checked when the setting is built."""
-    return typed_value(sweepable()[name], name, value, where)
+def _typed(name: str, value: Any, path: str, item: str = "") -> Any:
+    """``value`` as the type of sweepable field ``name``, or a ``FieldError`` about axis
+    ``path`` (``sweep.grid.lr``) that names the ``item`` (``[0]``); whether it fits the
+    rest of its setting is checked when the setting is built."""
+    try:
+        return typed_value(sweepable()[name], name, value, path)
+    except FieldError as err:
+        raise FieldError.saying(path, Ref(path), item, *err.parts[1:]) from None
 
 
 def _typed_distribution(name: str, dist: Any) -> dict[str, list]:
@@ -103,7 +107,7 @@ def _typed_distribution(name: str, dist: Any) -> dict[str, list]:
     if not isinstance(args, list) or not args:
         raise FieldError.saying(where, Ref(where), f".{kind} must be a non-empty list, got {args!r}")
     if kind == "choice":
-        return {kind: [_typed(name, v, f"{where}.choice[{i}]") for i, v in enumerate(args)]}
+        return {kind: [_typed(name, v, where, f".choice[{i}]") for i, v in enumerate(args)]}
     if sweepable()[name] != "hyper":
         raise FieldError.saying(where, Ref(where), f": {kind} draws numbers, so it is for hyperparameters; "
                                                    f"use choice for {name!r}")
@@ -123,7 +127,7 @@ def typed_spec(experiment: Experiment) -> Experiment:
     resolved sweep file records). Errors name the axis and the value."""
     _check_axes(experiment)
     spec = experiment.sweep
-    grid = {name: [_typed(name, v, f"sweep.grid.{name}[{i}]") for i, v in enumerate(values)]
+    grid = {name: [_typed(name, v, f"sweep.grid.{name}", f"[{i}]") for i, v in enumerate(values)]
             for name, values in spec.grid.items()}
     random = {name: _typed_distribution(name, dist) for name, dist in spec.random.items()}
     return dataclasses.replace(experiment, sweep=dataclasses.replace(spec, grid=grid, random=random))
