@@ -82,7 +82,6 @@ cut into samples) and ``update`` (epochs × minibatches of gradient steps):
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import subprocess
@@ -90,6 +89,7 @@ import sys
 import time
 
 from jaxpo.cli import parse_env_arg
+from jaxpo.program.cost import bootstrap_blocks, min_flops_per_env_step, phase_costs, rollout_of
 
 DEFAULT_NUM_ENVS = (16, 64, 256, 1024)
 MATCHED_NUM_ENVS = (16, 1024, 4096)
@@ -298,17 +298,6 @@ def _measure_train(args) -> dict:
     )
 
 
-def _cost(fn, *args, optimized: bool = True) -> tuple[float, float]:
-    """``(flops, bytes accessed)`` of ``jit(fn)`` for ``args`` (arrays or shapes): of the
-    compiled program, or (``optimized`` false) of the lowered one, uncompiled."""
-    import jax
-
-    lowered = jax.jit(fn).lower(*args)
-    cost = (lowered.compile() if optimized else lowered).cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # a list in older jax
-    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
-
-
 def _time_ms(fn, *args, options: dict | None = None, min_seconds: float = 0.5) -> tuple[float, object]:
     """``(mean wall milliseconds of a call of jit(fn)(*args) after one untimed call,
     its output)``, compiled with XLA ``options``."""
@@ -333,106 +322,6 @@ def _file_config(path: str, num_envs: int, updates_per_chunk: int):
     return dataclasses.replace(load_yaml(path).config, num_envs=num_envs, updates_per_chunk=updates_per_chunk)
 
 
-def dense_flops(tr) -> tuple[float, float]:
-    """``(forward, first)``: flops of one agent's forward pass through every kernel of
-    its networks (each weight one multiply-add, 2 flops: the dense layers and the GRU's
-    input and recurrent kernels; a shared trunk counted once), and the input layers'
-    share of it (whose input gradient no one needs). The shared networks' agent-id rows
-    are a bias (O(1) per agent), not counted."""
-    import jax
-    import numpy as np
-    from flax.traverse_util import flatten_dict
-
-    params = tr.net.init(jax.random.PRNGKey(0))
-    forward = first = 0.0
-    for name, net in (("actor", tr.net.actor), ("critic", tr.net.critic)):
-        if net is None:  # a shared trunk: the actor's network holds both heads
-            continue
-        for path, leaf in flatten_dict(params[name]).items():
-            if path[-1] != "kernel":
-                continue
-            shape = leaf.shape[1:] if not net.shared else leaf.shape  # per-agent: a leading [N]
-            if path[-2] == "Dense_0":
-                shape = (net.in_dim, shape[-1])  # without the agent-id rows
-                first += 2.0 * np.prod(shape)
-            forward += 2.0 * np.prod(shape)
-    return forward, first
-
-
-def min_flops_per_env_step(tr, num_epochs: int) -> float:
-    """The analytical minimum per env step (``dense_flops`` for all N agents): one
-    forward pass in the rollout; per epoch a forward pass, the weight gradients (another
-    forward's worth) and the input gradients of every layer but the first (the
-    observations need none)."""
-    forward, first = dense_flops(tr)
-    return tr.num_agents * (forward + num_epochs * (3 * forward - first))
-
-
-def _rollout_of(tr, num_steps: int):
-    """``state [R] -> Transition [R, T, ...]``: the runs' next rollout of ``num_steps``."""
-    import jax
-
-    from jaxpo.core.rollout import rollout
-
-    cfg = tr.config
-    return jax.vmap(lambda s: rollout(tr.env, tr.net, s.params, s.rollout, s.key, num_steps, cfg.critic_input)[1])
-
-
-def bootstrap_blocks(traj) -> float:
-    """Mean number of blocks (of E rows) the rollout's ``bootstrap_values`` evaluated, for
-    rollouts ``traj`` (leaves ``[R, T, E, ...]``): its steps that ended an episode
-    before the last step, plus the last step's E, over E."""
-    import numpy as np
-
-    done = np.asarray(traj.terminated | traj.truncated)[:, :-1]
-    num_envs = done.shape[-1]
-    return float(np.mean(np.ceil((done.sum(axis=(1, 2)) + num_envs) / num_envs)))
-
-
-def phase_costs(tr, state, hyper, blocks: float = 1.0, optimized: bool = True) -> dict:
-    """``{"flops_per_env_step", "bytes_per_env_step"}``, each ``{phase: value, "total"}``:
-    XLA's cost analysis of one unit of each phase's loops (a rollout step, its
-    advantages, one minibatch's gradient step) scaled by the unit's count per update,
-    for runs ``state`` ``[R, ...]`` (arrays or shapes) and ``hyper`` ``[R, ...]``. The
-    rollout's truncation bootstrap is costed per block of E rows (``blocks`` per
-    rollout: ``bootstrap_blocks`` of a measured one; 1, the last step's, at least).
-    ``optimized`` false costs the lowered programs without compiling them, in a quarter
-    of the time: flops as compiled to 0.1% (MPE, 2026-12-05), but bytes of unfused ops."""
-    import dataclasses
-
-    import jax
-
-    import jaxpo
-    from jaxpo.core.rollout import bootstrap_values
-
-    cfg = tr.config
-    if cfg.recurrent:  # training sequences of one step: the replay's GRU scan is then one loop body too
-        cfg = dataclasses.replace(cfg, seq_len=1)
-        tr = jaxpo.Trainer(cfg, tuple(tr.mesh.devices.flat))
-    runs = jax.tree.leaves(state)[0].shape[0]
-    data_of = jax.vmap(tr.training_data)
-    one_step = jax.eval_shape(_rollout_of(tr, 1), state)
-    data = jax.eval_shape(data_of, state, jax.eval_shape(_rollout_of(tr, cfg.num_steps), state), hyper)
-    minibatch_data = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct((runs, x.shape[1] // cfg.num_minibatches, *x.shape[2:]), x.dtype), data)
-    one_minibatch = jaxpo.Trainer(dataclasses.replace(cfg, num_epochs=1, num_minibatches=1), tuple(tr.mesh.devices.flat))
-    cost = functools.partial(_cost, optimized=optimized)
-    block = cost(jax.vmap(lambda s, traj: bootstrap_values(tr.net, s.params, traj, s.rollout.carry,
-                                                           traj.critic_input)), state, one_step)
-    step = [a - b for a, b in zip(cost(_rollout_of(tr, 1), state), block)]  # a one-step rollout has one block
-    units = {
-        "rollout": ([s * cfg.num_steps + b * blocks for s, b in zip(step, block)], 1),
-        "advantages": (cost(data_of, state, one_step, hyper), cfg.num_steps),
-        "update": (cost(jax.vmap(lambda s, d, h: one_minibatch.update(s, d, s.key, h)), state, minibatch_data, hyper),
-                   cfg.num_epochs * cfg.num_minibatches),
-    }
-    env_steps = cfg.num_steps * cfg.num_envs * runs  # per update
-    per_step = lambda i: {k: cost[i] * count / env_steps for k, (cost, count) in units.items()}
-    total = lambda d: {**{k: round(v, 1) for k, v in d.items()}, "total": round(sum(d.values()), 1)}
-    return dict(flops_per_env_step=total(per_step(0)), bytes_per_env_step=total(per_step(1)),
-                bootstrap_blocks=round(blocks, 2))
-
-
 def _phases(tr, state, hyper, options: dict) -> dict:
     """Per-phase wall time (each phase compiled with XLA ``options``, the chunk's), XLA
     cost per env step and its minimum (module docstring)."""
@@ -442,7 +331,7 @@ def _phases(tr, state, hyper, options: dict) -> dict:
     data_of = jax.vmap(tr.training_data)
     update_of = jax.vmap(lambda s, d, h: tr.update(s, d, s.key, h))
     phase_ms = {}  # each phase runs on the previous one's output
-    phase_ms["rollout"], traj = _time_ms(_rollout_of(tr, cfg.num_steps), state, options=options)
+    phase_ms["rollout"], traj = _time_ms(rollout_of(tr, cfg.num_steps), state, options=options)
     phase_ms["advantages"], data = _time_ms(data_of, state, traj, hyper, options=options)
     phase_ms["update"], _ = _time_ms(update_of, state, data, hyper, options=options)
     return dict(

@@ -18,6 +18,9 @@ contract in ``pyproject.toml``, checked by ``lint-imports``):
 """
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 from typing import TYPE_CHECKING
 
 from jaxpo._version import __version__
@@ -41,7 +44,7 @@ PUBLIC = {
     "TrainResult": "jaxpo.experiments.train", "train": "jaxpo.experiments.train",
 }
 # Where each module of the flat layout of jaxpo 0.1 lives now: ``jaxpo.<module>`` still
-# names it (``from jaxpo import rollout``).
+# names it (``from jaxpo import rollout``, ``import jaxpo.rollout``: the same module object).
 MOVED = {
     **{name: "core" for name in ("axes", "diagnostics", "gae", "happo", "networks", "rollout", "sparse", "valuenorm")},
     **{name: "program" for name in ("compile_cache", "compiled", "config", "fields", "learner", "parallel")},
@@ -49,6 +52,36 @@ MOVED = {
     **{name: "experiments" for name in ("experiment", "settings", "sweeps")},
 }
 MODULES = {"envs", "losses", "support"}  # public names that are modules
+
+
+def _alias_of(fullname: str) -> str | None:
+    """The module that ``jaxpo.<name>`` stands for (``jaxpo.support``: ``jaxpo.core.support``), or None."""
+    package, _, name = fullname.partition(".")
+    if package != "jaxpo" or "." in name:
+        return None
+    if name in MODULES and PUBLIC[name] != fullname:
+        return PUBLIC[name]
+    return f"jaxpo.{MOVED[name]}.{name}" if name in MOVED else None
+
+
+class _ModuleAliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Makes ``import jaxpo.support`` (and every other alias) a statement that works: the
+    name is bound to the very module object it stands for, imported only when asked for."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        return importlib.util.spec_from_loader(fullname, self) if _alias_of(fullname) else None
+
+    def create_module(self, spec):
+        module = importlib.import_module(_alias_of(spec.name))
+        spec.loader_state = module.__spec__  # importlib sets __spec__ to the alias's: exec_module puts it back
+        return module
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = module.__spec__.loader_state  # the real module ran its code when it was imported
+
+
+if not any(isinstance(finder, _ModuleAliases) for finder in sys.meta_path):  # once, even if jaxpo is reloaded
+    sys.meta_path.append(_ModuleAliases())
 
 
 def __getattr__(name: str):

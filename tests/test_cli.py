@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxpo import cli
+from jaxpo.cli import training
 from jaxpo.core.networks import MASKED_LOGIT
 from jaxpo.run.report import read_csv
 from jaxpo import Config, trainer
@@ -26,9 +27,9 @@ def random_policy_returns(config: Config, num_steps: int = 500) -> np.ndarray:
 
 def test_summary_numbers_are_valid_json():
     """A mean with nothing finite to average (no episode ended) is null, never NaN."""
-    assert cli._mean(np.array([np.nan, np.nan])) is None
-    assert cli._mean(np.array([1.0, np.nan, 2.0])) == 1.5
-    assert json.loads(json.dumps({"return_before": cli._mean(np.array([np.nan]))}),
+    assert training._mean(np.array([np.nan, np.nan])) is None
+    assert training._mean(np.array([1.0, np.nan, 2.0])) == 1.5
+    assert json.loads(json.dumps({"return_before": training._mean(np.array([np.nan]))}),
                       parse_constant=reject_nan) == {"return_before": None}
 
 
@@ -128,3 +129,28 @@ def test_envs_says_which_extra_a_family_needs(capsys, monkeypatch):
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert 'needs brax, an optional extra: pip install "jaxpo[mabrax]"' in rows["walker2d_2x3"]
     assert rows["jaxnav"].split()[1:] == ["2", "205", "Box(2)", "True", "complete"]
+
+
+def test_every_flag_an_error_can_name_is_a_flag_of_the_parser():
+    from jaxpo.cli.errors import flag_names
+
+    parser = cli.build_parser()
+    options = {option for sub in parser._subparsers._group_actions[0].choices.values()
+               for action in sub._actions for option in action.option_strings}
+    for path, flag in flag_names().items():
+        assert flag.split()[0] in options, (path, flag)
+    assert flag_names()["config.num_envs"] == "--num-envs" and flag_names()["sweep.grid.lr"] == "--sweep lr"
+    assert "sweep.segments" not in flag_names()  # segments come in files: no flag to name
+
+
+def test_an_error_names_its_field_as_each_door_calls_it():
+    from jaxpo.cli.errors import in_flags
+    from jaxpo.core.checks import FieldError
+
+    with pytest.raises(FieldError) as info:
+        Config(shared_trunk=True, critic_input="global")
+    err = info.value
+    assert err.path == "config.shared_trunk"
+    assert str(err).startswith("Config.shared_trunk needs critic_input='local' (")
+    assert in_flags(err).startswith("--shared-trunk needs --critic-input local (")
+    assert in_flags(err).endswith("got --critic-input global")

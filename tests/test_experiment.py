@@ -13,6 +13,7 @@ import yaml
 
 import jaxpo
 from jaxpo import Experiment, Hyper, cli, dump_yaml, load_yaml
+from jaxpo.cli import parser as cli_parser
 from jaxpo.experiments.experiment import SECTIONS, config_path, section_fields, shipped_configs, to_dict
 from jaxpo.program.fields import FrozenArray, choices, coerce, field_docs
 from jaxpo.core.losses import NORMALIZE_SCOPES
@@ -61,8 +62,8 @@ def test_every_field_has_a_flag_with_its_doc(command):
 def test_a_new_field_appears_in_the_cli(monkeypatch):
     """Adding a field to Config is enough for a flag to exist (generated, not listed)."""
     fields = dict(section_fields("config"), new_option=typing.Literal["a", "b"])
-    monkeypatch.setattr(cli, "section_fields", lambda section: fields if section == "config" else section_fields(section))
-    monkeypatch.setattr(cli, "to_dict", lambda e: {**to_dict(e), "config": {**to_dict(e)["config"], "new_option": "a"}})
+    monkeypatch.setattr(cli_parser, "section_fields", lambda section: fields if section == "config" else section_fields(section))
+    monkeypatch.setattr(cli_parser, "to_dict", lambda e: {**to_dict(e), "config": {**to_dict(e)["config"], "new_option": "a"}})
     assert "--new-option {a,b}" in help_text("train")
 
 

@@ -1,7 +1,7 @@
 """What the speed work guarantees without timing anything: the compiled train step does
 no more arithmetic than its network needs (XLA's own flop count against the analytical
 minimum), and the CLI's persistent compile cache is written once and then reused,
-giving the same results."""
+giving the same results (``jaxpo.program.cost``, ``jaxpo.program.compile_cache``)."""
 
 import json
 import os
@@ -16,8 +16,7 @@ import pytest
 
 import jaxpo
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from throughput import dense_flops, min_flops_per_env_step, phase_costs  # noqa: E402
+from jaxpo.program.cost import dense_flops, min_flops_per_env_step, phase_costs
 
 
 def test_minimum_flops_count_each_dense_layer_by_hand():

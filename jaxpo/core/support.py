@@ -24,6 +24,8 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from jaxpo.core.checks import positive_int
+
 __all__ = [
     "PRESETS",
     "Support",
@@ -60,13 +62,6 @@ def _as_matrix(x: Any, arg: str) -> np.ndarray:
     out = np.array(arr, dtype=np.float32, copy=True)
     out.setflags(write=False)  # Support is frozen: its matrices must not change after validation
     return out
-
-
-def _check_positive_int(n: Any, arg: str) -> int:
-    # bool is an int subclass but never a meaningful count.
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"{arg} must be a positive int, got {n!r}")
-    return int(n)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -180,7 +175,7 @@ class Support:
         if n == 0:
             raise ValueError("S_A and S_R must be [N, N] with N >= 1 agents, got N = 0")
         if num_agents is not None:
-            num_agents = _check_positive_int(num_agents, "num_agents")
+            num_agents = positive_int(num_agents, "num_agents")
             if n != num_agents:
                 raise ValueError(
                     f"support '{self.name}' is for N = {n} agents but the environment has "
@@ -279,7 +274,7 @@ def ippo(n: int) -> Support:
     Raises:
         ValueError: if ``n`` is not a positive int.
     """
-    n = _check_positive_int(n, "n")
+    n = positive_int(n, "n")
     eye = np.eye(n, dtype=np.float32)
     return Support(S_A=eye, S_R=eye, name="ippo").validate()
 
@@ -296,7 +291,7 @@ def mappo(n: int) -> Support:
     Raises:
         ValueError: if ``n`` is not a positive int.
     """
-    n = _check_positive_int(n, "n")
+    n = positive_int(n, "n")
     return Support(
         S_A=np.ones((n, n), np.float32), S_R=np.eye(n, dtype=np.float32), name="mappo"
     ).validate()
@@ -328,7 +323,7 @@ def happo(n: int, order: Sequence[int] | np.ndarray | None = None, seed: int = 0
                [0., 1., 0.],
                [1., 1., 1.]], dtype=float32)
     """
-    n = _check_positive_int(n, "n")
+    n = positive_int(n, "n")
     if order is None:
         perm = np.random.default_rng(seed).permutation(n)
     else:
@@ -360,7 +355,7 @@ def joint(n: int) -> Support:
     Raises:
         ValueError: if ``n`` is not a positive int.
     """
-    n = _check_positive_int(n, "n")
+    n = positive_int(n, "n")
     ones = np.ones((n, n), np.float32)
     return Support(S_A=ones, S_R=ones, name="joint").validate()
 
@@ -506,7 +501,7 @@ def make_support(
     """
     if not isinstance(preset, str) or preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {preset!r}")
-    num_agents = _check_positive_int(num_agents, "num_agents")
+    num_agents = positive_int(num_agents, "num_agents")
     if kappa is not None and preset != "khop":
         raise ValueError(f"kappa is only used by preset 'khop', got kappa={kappa!r} with preset {preset!r}")
     if order is not None and preset != "happo":

@@ -23,6 +23,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import yaml
 
+from jaxpo.core.checks import FieldError, Ref, positive_int
 from jaxpo.program.config import Config, Hyper, config_to_dict
 from jaxpo.program.fields import coerce, coerce_fields, plain, type_hints
 from jaxpo.core.support import PRESETS, Support, custom, make_support
@@ -36,7 +37,7 @@ class SupportSpec:
     """Which support matrices (S_A, S_R) runs train with: the ``support`` section.
 
     Raises:
-        ValueError: on construction, if a field has the wrong type (the message names
+        FieldError: (a ValueError) on construction, if a field has the wrong type (the message names
             ``support.<field>``).
 
     Attributes:
@@ -71,10 +72,13 @@ class SupportSpec:
         """
         if self.preset == "custom":
             if not self.matrices:
-                raise ValueError("support.matrices must name a file holding S_A and S_R when support.preset is 'custom'")
+                raise FieldError.saying("support.matrices", Ref("support.matrices"),
+                                        " must name a file holding S_A and S_R when ", Ref("support.preset"),
+                                        " is 'custom'")
             return load_matrices(self.matrices).validate(env.num_agents)
         if self.matrices:
-            raise ValueError(f"support.matrices is only read with support.preset 'custom', got preset {self.preset!r}")
+            raise FieldError("support.matrices", "is only read with ", Ref("support.preset"),
+                             f" 'custom', got preset {self.preset!r}")
         kappa = self.kappa if self.preset == "khop" else None
         return make_support(self.preset, env.num_agents, kappa=kappa, coupling=env.coupling)
 
@@ -83,10 +87,10 @@ def load_matrices(path: str) -> Support:
     """A custom ``Support`` from ``path``: ``.npz`` with arrays ``S_A`` and ``S_R``, or a
     ``.yaml`` / ``.json`` mapping with those keys (nested lists). Never unpickles."""
     if not os.path.isfile(path):
-        raise ValueError(f"support.matrices: no such file {path!r}")
+        raise _bad_matrices(f": no such file {path!r}")
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in MATRIX_SUFFIXES:
-        raise ValueError(f"support.matrices must be one of {', '.join(MATRIX_SUFFIXES)} files, got {path!r}")
+        raise _bad_matrices(f" must be one of {', '.join(MATRIX_SUFFIXES)} files, got {path!r}")
     try:
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as data:
@@ -95,11 +99,16 @@ def load_matrices(path: str) -> Support:
             with open(path) as f:
                 data = json.load(f) if suffix == ".json" else yaml.safe_load(f)
     except (OSError, ValueError, yaml.YAMLError) as err:
-        raise ValueError(f"support.matrices: cannot read {path!r}: {err}") from None
+        raise _bad_matrices(f": cannot read {path!r}: {err}") from None
     if not isinstance(data, Mapping) or not {"S_A", "S_R"} <= set(data):
-        raise ValueError(f"support.matrices: {path!r} must hold S_A and S_R")
+        raise _bad_matrices(f": {path!r} must hold S_A and S_R")
     name = os.path.splitext(os.path.basename(path))[0]
     return custom(data["S_A"], data["S_R"], name=f"custom({name})")
+
+
+def _bad_matrices(text: str) -> FieldError:
+    """The error about the ``support.matrices`` file: its name, then ``text``."""
+    return FieldError.saying("support.matrices", Ref("support.matrices"), text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +118,7 @@ class RunSettings:
     Nothing here changes the compiled program.
 
     Raises:
-        ValueError: on construction, naming ``run.<field>``: a value of the wrong type, an
+        FieldError: (a ValueError) on construction, naming ``run.<field>``: a value of the wrong type, an
             unknown or repeated logger (or wandb not installed), a count below its minimum
             (steps, seeds, bootstrap_reps, keep, eval_episodes, runs_per_group: >= 1; seed,
             checkpoint_every, eval_every, absolute_episodes: >= 0), checkpoint_every without
@@ -166,25 +175,26 @@ class RunSettings:
         coerce_fields(self, "run")
         parse_loggers(self.log)
         if self.checkpoint_every < 0:
-            raise ValueError(f"run.checkpoint_every must be >= 0 (chunks; 0: only each group's final state), "
-                             f"got {self.checkpoint_every}")
+            raise FieldError("run.checkpoint_every", f"must be >= 0 (chunks; 0: only each group's final state), "
+                                                     f"got {self.checkpoint_every}")
         if self.checkpoint_every and not self.checkpoint:
-            raise ValueError(f"run.checkpoint_every={self.checkpoint_every} asks for periodic checkpoints, but "
-                             f"run.checkpoint is off")
+            raise FieldError.saying("run.checkpoint_every", Ref("run.checkpoint_every"),
+                                    f"={self.checkpoint_every} asks for periodic checkpoints, but ",
+                                    Ref("run.checkpoint"), " is off")
         if self.eval_every < 0:
-            raise ValueError(f"run.eval_every must be >= 0 (env steps between evaluations; 0: none), got {self.eval_every}")
+            raise FieldError("run.eval_every", f"must be >= 0 (env steps between evaluations; 0: none), "
+                                               f"got {self.eval_every}")
         if self.absolute_episodes is not None and self.absolute_episodes < 0:
-            raise ValueError(f"run.absolute_episodes must be >= 0 or none (10 × eval_episodes), "
-                             f"got {self.absolute_episodes}")
+            raise FieldError("run.absolute_episodes", f"must be >= 0 or none (10 × eval_episodes), "
+                                                      f"got {self.absolute_episodes}")
         for field in ("steps", "seeds", "bootstrap_reps", "keep", "eval_episodes"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"run.{field} must be a positive integer, got {getattr(self, field)!r}")
+            positive_int(getattr(self, field), f"run.{field}")
         if self.runs_per_group is not None and self.runs_per_group < 1:
-            raise ValueError(f"run.runs_per_group must be a positive integer or none, got {self.runs_per_group!r}")
+            raise FieldError("run.runs_per_group", f"must be a positive integer or none, got {self.runs_per_group!r}")
         if self.seed < 0:
-            raise ValueError(f"run.seed must be >= 0, got {self.seed}")
+            raise FieldError("run.seed", f"must be >= 0, got {self.seed}")
         if self.name is not None and (not self.name or os.sep in self.name or self.name in (".", "..")):
-            raise ValueError(f"run.name must be a plain directory name, got {self.name!r}")
+            raise FieldError("run.name", f"must be a plain directory name, got {self.name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +204,7 @@ class SweepSpec:
     Every run of one static config is one compiled program.
 
     Raises:
-        ValueError: on construction, naming ``sweep.<field>``: a value of the wrong type,
+        FieldError: (a ValueError) on construction, naming ``sweep.<field>``: a value of the wrong type,
             grid or random not a mapping, malformed segments, samples < 0, segments
             without schedule replay (or replay without segments, or with axes), or with
             pbt / halving: ready < 1, fraction outside (0, 0.5], perturb empty or not
@@ -243,34 +253,37 @@ class SweepSpec:
         segments = plain(list(self.segments or ()))
         if not all(isinstance(seg, Mapping) and isinstance(seg.get("env_steps"), int) and seg["env_steps"] > 0
                    for seg in segments):
-            raise ValueError(f"sweep.segments must be a list of {{env_steps: positive int, NAME: VALUE, ...}}, "
-                             f"got {self.segments!r}")
+            raise FieldError("sweep.segments", f"must be a list of {{env_steps: positive int, NAME: VALUE, ...}}, "
+                                               f"got {self.segments!r}")
         object.__setattr__(self, "segments", segments)
         for field in ("grid", "random"):
             if not isinstance(getattr(self, field), Mapping):
-                raise ValueError(f"sweep.{field} must be a mapping of names to values, got {getattr(self, field)!r}")
+                raise FieldError(f"sweep.{field}", f"must be a mapping of names to values, got {getattr(self, field)!r}")
             object.__setattr__(self, field, plain(dict(getattr(self, field))))  # lists, as a file holds them
         hints = type_hints(SweepSpec)
         for field in ("samples", "sample_seed", "schedule", "ready", "fraction", "perturb", "resample", "population",
                       "schedule_seed"):
             object.__setattr__(self, field, coerce(getattr(self, field), hints[field], f"sweep.{field}"))
         if self.samples < 0:
-            raise ValueError(f"sweep.samples must be >= 0, got {self.samples}")
+            raise FieldError("sweep.samples", f"must be >= 0, got {self.samples}")
         if (self.schedule == "replay") != bool(self.segments):
-            raise ValueError("sweep.segments go with sweep.schedule replay, and replay needs segments")
+            raise FieldError.saying("sweep.segments", Ref("sweep.segments"), " go with ", Ref("sweep.schedule"),
+                                    " replay, and replay needs segments")
         if self.schedule == "replay" and self.axes:
-            raise ValueError("sweep.schedule replay trains one setting: it takes no grid or random axes")
+            raise FieldError.saying("sweep.schedule", Ref("sweep.schedule"),
+                                    " replay trains one setting: it takes no grid or random axes")
         if self.schedule in ("pbt", "halving"):
             if self.ready < 1:
-                raise ValueError(f"sweep.schedule {self.schedule} needs sweep.ready >= 1 (chunks between its steps), "
-                                 f"got {self.ready}")
+                raise FieldError.saying("sweep.ready", Ref("sweep.schedule"), f" {self.schedule} needs ",
+                                        Ref("sweep.ready"), f" >= 1 (chunks between its steps), got {self.ready}")
             if not 0 < self.fraction <= 0.5:
-                raise ValueError(f"sweep.fraction must be in (0, 0.5] (the share of a population copied), "
-                                 f"got {self.fraction}")
+                raise FieldError("sweep.fraction", f"must be in (0, 0.5] (the share of a population copied), "
+                                                   f"got {self.fraction}")
             if not self.perturb or min(self.perturb) <= 0:
-                raise ValueError(f"sweep.perturb must be a non-empty list of positive factors, got {list(self.perturb)}")
+                raise FieldError("sweep.perturb", f"must be a non-empty list of positive factors, "
+                                                  f"got {list(self.perturb)}")
             if not 0 <= self.resample <= 1:
-                raise ValueError(f"sweep.resample must be a probability in [0, 1], got {self.resample}")
+                raise FieldError("sweep.resample", f"must be a probability in [0, 1], got {self.resample}")
 
     @property
     def axes(self) -> list[str]:
@@ -321,11 +334,12 @@ class Experiment:
             if section not in SECTIONS:
                 raise ValueError(f"unknown section {section!r}; sections: {', '.join(SECTIONS)}")
             if not isinstance(values, Mapping):
-                raise ValueError(f"{section} must be a mapping of field names to values, got {values!r}")
+                raise FieldError(section, f"must be a mapping of field names to values, got {values!r}")
             fields = section_fields(section)
             unknown = [k for k in values if k not in fields]
             if unknown:
-                raise ValueError(f"unknown key {section}.{unknown[0]}; {section} has: {', '.join(fields)}")
+                raise FieldError.saying(f"{section}.{unknown[0]}", f"unknown key {section}.{unknown[0]}; "
+                                                                   f"{section} has: {', '.join(fields)}")
             typed = {k: typed_value(section, k, v, f"{section}.{k}") for k, v in values.items()}
             changes[section] = dataclasses.replace(getattr(self, section), **typed)
         return dataclasses.replace(self, **changes)

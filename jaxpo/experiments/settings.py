@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from jaxpo.core.checks import FieldError, Ref
 from jaxpo.program.config import Config, Hyper
 from jaxpo.experiments.experiment import Experiment, format_value, section_fields, typed_value
 from jaxpo.program.fields import coerce
@@ -70,24 +71,29 @@ def _check_axes(experiment: Experiment) -> None:
         for name in axes:
             if name not in names:
                 why = "is a run setting" if name in section_fields("run") else "is not a sweepable name"
-                raise ValueError(f"sweep.{kind}: {name!r} {why}; sweepable: {', '.join(names)}")
+                raise FieldError.saying(f"sweep.{kind}", Ref(f"sweep.{kind}"),
+                                        f": {name!r} {why}; sweepable: {', '.join(names)}")
     both = set(spec.grid) & set(spec.random)
     if both:
         raise ValueError(f"sweep: {sorted(both)[0]!r} is both a grid and a random axis")
     for name, values in spec.grid.items():
         if not isinstance(values, list) or not values:
-            raise ValueError(f"sweep.grid.{name} must be a non-empty list of values, got {values!r}")
+            raise FieldError(f"sweep.grid.{name}", f"must be a non-empty list of values, got {values!r}")
     if spec.random and spec.samples < 1:
-        raise ValueError(f"sweep has random axes ({', '.join(spec.random)}) but sweep.samples is 0; "
-                         "set sweep.samples to the number of draws")
+        raise FieldError.saying("sweep.samples", f"sweep has random axes ({', '.join(spec.random)}) but ",
+                                Ref("sweep.samples"), " is 0; set ", Ref("sweep.samples"), " to the number of draws")
     if spec.samples and not spec.random:
-        raise ValueError("sweep.samples is set but the sweep has no random axes")
+        raise FieldError.saying("sweep.samples", Ref("sweep.samples"), " is set but the sweep has no random axes")
 
 
-def _typed(name: str, value: Any, where: str) -> Any:
-    """``value`` as the type of sweepable field ``name``; whether it fits the rest of its
-    setting is checked when the setting is built."""
-    return typed_value(sweepable()[name], name, value, where)
+def _typed(name: str, value: Any, path: str, item: str = "") -> Any:
+    """``value`` as the type of sweepable field ``name``, or a ``FieldError`` about axis
+    ``path`` (``sweep.grid.lr``) that names the ``item`` (``[0]``); whether it fits the
+    rest of its setting is checked when the setting is built."""
+    try:
+        return typed_value(sweepable()[name], name, value, path)
+    except FieldError as err:
+        raise FieldError.saying(path, Ref(path), item, *err.parts[1:]) from None
 
 
 def _typed_distribution(name: str, dist: Any) -> dict[str, list]:
@@ -95,23 +101,24 @@ def _typed_distribution(name: str, dist: Any) -> dict[str, list]:
     type, loguniform / uniform bounds as numbers with low < high (and low > 0 for loguniform)."""
     where = f"sweep.random.{name}"
     if not isinstance(dist, Mapping) or len(dist) != 1 or next(iter(dist)) not in DISTRIBUTIONS:
-        raise ValueError(f"{where} must be one of {{loguniform: [low, high]}}, {{uniform: [low, high]}}, "
+        raise FieldError(where, f"must be one of {{loguniform: [low, high]}}, {{uniform: [low, high]}}, "
                          f"{{choice: [values]}}, got {dist!r}")
     (kind, args), = dist.items()
     if not isinstance(args, list) or not args:
-        raise ValueError(f"{where}.{kind} must be a non-empty list, got {args!r}")
+        raise FieldError.saying(where, Ref(where), f".{kind} must be a non-empty list, got {args!r}")
     if kind == "choice":
-        return {kind: [_typed(name, v, f"{where}.choice[{i}]") for i, v in enumerate(args)]}
+        return {kind: [_typed(name, v, where, f".choice[{i}]") for i, v in enumerate(args)]}
     if sweepable()[name] != "hyper":
-        raise ValueError(f"{where}: {kind} draws numbers, so it is for hyperparameters; use choice for {name!r}")
+        raise FieldError.saying(where, Ref(where), f": {kind} draws numbers, so it is for hyperparameters; "
+                                                   f"use choice for {name!r}")
     try:
         low, high = (coerce(v, float, where) for v in args)
     except ValueError:
-        raise ValueError(f"{where}.{kind} must be [low, high], two numbers, got {args!r}") from None
+        raise FieldError.saying(where, Ref(where), f".{kind} must be [low, high], two numbers, got {args!r}") from None
     if not low < high:
-        raise ValueError(f"{where}.{kind} needs low < high, got [{low:g}, {high:g}]")
+        raise FieldError.saying(where, Ref(where), f".{kind} needs low < high, got [{low:g}, {high:g}]")
     if kind == "loguniform" and low <= 0:
-        raise ValueError(f"{where}.loguniform bounds must be > 0, got [{low:g}, {high:g}]")
+        raise FieldError.saying(where, Ref(where), f".loguniform bounds must be > 0, got [{low:g}, {high:g}]")
     return {kind: [low, high]}
 
 
@@ -120,7 +127,7 @@ def typed_spec(experiment: Experiment) -> Experiment:
     resolved sweep file records). Errors name the axis and the value."""
     _check_axes(experiment)
     spec = experiment.sweep
-    grid = {name: [_typed(name, v, f"sweep.grid.{name}[{i}]") for i, v in enumerate(values)]
+    grid = {name: [_typed(name, v, f"sweep.grid.{name}", f"[{i}]") for i, v in enumerate(values)]
             for name, values in spec.grid.items()}
     random = {name: _typed_distribution(name, dist) for name, dist in spec.random.items()}
     return dataclasses.replace(experiment, sweep=dataclasses.replace(spec, grid=grid, random=random))
@@ -167,13 +174,16 @@ def settings(experiment: Experiment) -> list[Setting]:
             by_section = {s: {k: v for k, v in values.items() if names[k] == s} for s in ("config", "hyper", "support")}
             point = experiment.replace(**by_section)
             if "kappa" in values and point.support.preset != "khop":
-                raise ValueError(f"the kappa axis needs support.preset khop, got {point.support.preset!r}")
+                raise FieldError.saying("support.kappa", "the kappa axis needs ", Ref("support.preset"),
+                                        f" khop, got {point.support.preset!r}")
             config, num_updates = point.schedule()
             env = config.make_env()
             support = point.support.build(env)
             hyper = Hyper.create(support, **point.hyper.scalars())
             if config.anneal_lr:  # its default horizon: the run's own length
                 hyper = hyper.with_horizon(num_updates)
+        except FieldError as err:  # which setting, and still which field
+            raise FieldError.saying(err.path, f"setting {label}: " if label else "", *err.parts) from None
         except ValueError as err:
             raise ValueError(f"setting {label}: {err}" if label else str(err)) from None
         label = label or support.name

@@ -193,12 +193,13 @@ ARGUMENTS = {"run.steps": "num_updates (as env steps)", "run.seeds": "seeds", "r
 
 @contextlib.contextmanager
 def _as_arguments():
-    """ValueErrors raised inside name ``train``'s arguments, not the experiment's fields."""
+    """FieldErrors raised inside name ``train``'s arguments (``ARGUMENTS``), not the experiment's fields."""
+    from jaxpo.core.checks import FieldError
+
     try:
         yield
-    except ValueError as err:
-        text = re.sub(r"(?<![\w/.])run\.[a-z_]+\b", lambda m: ARGUMENTS.get(m[0], m[0]), str(err))
-        raise ValueError(text) from None
+    except FieldError as err:
+        raise err.renamed(ARGUMENTS) from None
 
 
 def _row_scalars(hyper: Hyper) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 
 * ``Config`` — environment, sizes, network, update schedule, options. Hashable; one
   compiled program per distinct value. How long a run trains is *not* here
-  (``jaxpo.experiment.RunSettings``), so runs of any length share a program.
+  (``jaxpo.experiments.experiment.RunSettings``), so runs of any length share a program.
 * ``Hyper`` — learning rate, clip ε, γ, λ, coefficients and the support matrices
   S_A, S_R: arrays inside the program, so one program is vmapped over a batch of
   them (seeds × hyperparameters × supports). Its scalar fields, with their defaults
@@ -11,7 +11,7 @@
 
 Each option's allowed values are declared once, as a ``Literal`` type (here or in the
 module that consumes the option); validation, config files and the CLI read them
-from the type (``jaxpo.fields``).
+from the type (``jaxpo.program.fields``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from flax import struct
 import jaxpo.envs as envs
 
 from jaxpo.core import sparse
+from jaxpo.core.checks import FieldError, Part, Setting, positive_int
 from jaxpo.program.fields import choices, coerce, freeze, plain, thaw, type_hints
 from jaxpo.core.losses import AdvNorm
 from jaxpo.core.networks import Activation, Encoder
@@ -51,7 +52,8 @@ class Config:
     share a program. Every field is validated on construction.
 
     Raises:
-        ValueError: if a field is not of its type or allowed values (positive integers,
+        FieldError: (a ValueError, ``jaxpo.core.checks``; its path is ``config.<field>``)
+            if a field is not of its type or allowed values (positive integers,
             booleans, the listed choices, non-empty tuples of positive ints), or fields
             disagree: ``num_minibatches`` does not divide the E × T / L samples of an update,
             ``seq_len`` is set without ``recurrent`` or does not divide ``num_steps``,
@@ -114,7 +116,7 @@ class Config:
             (num_envs must be a multiple of D), for runs too large for one device.
         diagnostics: also log, per update, the policy gradient's signal, noise and
             signal-to-noise ratio at θ_old (``pg_*``, means over agents) and the importance
-            weights' statistics per epoch (``rho_*_e<epoch>``); see ``jaxpo.diagnostics``.
+            weights' statistics per epoch (``rho_*_e<epoch>``); see ``jaxpo.core.diagnostics``.
             Costs per update about N backward passes of the batch; off, the program is
             unchanged. Simultaneous scheme only.
     """
@@ -148,65 +150,64 @@ class Config:
 
     def __post_init__(self):
         if not isinstance(self.env, str) or not self.env:
-            raise ValueError(f"Config.env must be a non-empty environment name, got {self.env!r}")
+            raise _invalid("env", f"must be a non-empty environment name, got {self.env!r}")
         try:  # a mapping, or the (name, value) pairs a Config stores
             kwargs = dict(self.env_kwargs)
         except (TypeError, ValueError):
             kwargs = None
         if kwargs is None or not all(isinstance(k, str) for k in kwargs):
-            raise ValueError(f"Config.env_kwargs must be a mapping of parameter names to values, got {self.env_kwargs!r}")
+            raise _invalid("env_kwargs", f"must be a mapping of parameter names to values, got {self.env_kwargs!r}")
         object.__setattr__(self, "env_kwargs", freeze(kwargs))
-        if isinstance(self.hidden, (int, np.integer)) and not isinstance(self.hidden, bool):
-            object.__setattr__(self, "hidden", (int(self.hidden),))
-        object.__setattr__(self, "hidden", tuple(self.hidden))
-        hints = type_hints(Config)
-        for field, hint in hints.items():
+        for field, hint in type_hints(Config).items():
             value = getattr(self, field)
-            if hint is int and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"Config.{field} must be a positive integer, got {value!r}")
+            if hint is int:
+                positive_int(value, f"config.{field}", shown=f"Config.{field}")
             if hint is bool and not isinstance(value, (bool, np.bool_)):
-                raise ValueError(f"Config.{field} must be true or false, got {value!r}")
+                raise _invalid(field, f"must be true or false, got {value!r}")
             allowed = choices(hint)
             if allowed is not None and value not in allowed:
-                raise ValueError(f"Config.{field} must be one of {allowed}, got {value!r}")
-        for field in ("hidden", "conv_features", "conv_kernels"):
+                raise _invalid(field, f"must be one of {allowed}, got {value!r}")
+        for field in ("hidden", "conv_features", "conv_kernels"):  # an int is one layer
             widths = getattr(self, field)
             if isinstance(widths, (int, np.integer)) and not isinstance(widths, bool):
                 widths = (widths,)
             widths = tuple(widths)
             object.__setattr__(self, field, widths)
             if not widths or any(not isinstance(h, (int, np.integer)) or isinstance(h, bool) or h < 1 for h in widths):
-                raise ValueError(f"Config.{field} must be a non-empty tuple of positive ints, got {widths!r}")
+                raise _invalid(field, f"must be a non-empty tuple of positive ints, got {widths!r}")
         if len(self.conv_features) != len(self.conv_kernels):
-            raise ValueError(f"Config.conv_kernels needs one kernel size per conv_features layer: got "
-                             f"{len(self.conv_kernels)} for {len(self.conv_features)} ({self.conv_kernels!r})")
+            raise _invalid("conv_kernels", f"needs one kernel size per conv_features layer: got "
+                                           f"{len(self.conv_kernels)} for {len(self.conv_features)} ({self.conv_kernels!r})")
         if self.seq_len is not None:
             if not self.recurrent:
-                raise ValueError("Config.seq_len is for recurrent networks only (recurrent=True); "
-                                 "feed-forward training shuffles single transitions")
+                raise _invalid("seq_len", "is for recurrent networks only (recurrent=True); "
+                                          "feed-forward training shuffles single transitions")
             if not isinstance(self.seq_len, (int, np.integer)) or isinstance(self.seq_len, bool) or self.seq_len < 1:
-                raise ValueError(f"Config.seq_len must be a positive integer or None, got {self.seq_len!r}")
+                raise _invalid("seq_len", f"must be a positive integer or None, got {self.seq_len!r}")
             if self.num_steps % self.seq_len:
-                raise ValueError(f"Config.seq_len ({self.seq_len}) must divide num_steps ({self.num_steps})")
+                raise _invalid("seq_len", f"({self.seq_len}) must divide num_steps ({self.num_steps})")
         if self.num_sequences % self.num_minibatches:
             unit = "sequences" if self.recurrent else "transitions"
-            raise ValueError(
-                f"Config.num_minibatches ({self.num_minibatches}) must divide the number of {unit} per update, "
+            raise _invalid(
+                "num_minibatches",
+                f"({self.num_minibatches}) must divide the number of {unit} per update, "
                 f"num_envs * num_steps / sequence length ({self.num_envs} * {self.num_steps} / "
                 f"{self.sequence_length} = {self.num_sequences})"
             )
         if self.diagnostics and self.scheme == "sequential":
-            raise ValueError("Config.diagnostics is for the simultaneous scheme: exact HAPPO (scheme='sequential') "
-                             "has no support-matrix importance weights to measure")
+            raise _invalid("diagnostics", "is for the simultaneous scheme: exact HAPPO (scheme='sequential') "
+                                          "has no support-matrix importance weights to measure")
         if self.shared_trunk and self.critic_input != "local":
-            raise ValueError(f"Config.shared_trunk needs critic_input='local' (the critic reads the trunk's "
-                             f"features of the actor's observation), got critic_input={self.critic_input!r}")
+            raise _invalid("shared_trunk", "needs ", Setting("config.critic_input", "local", "critic_input"),
+                           " (the critic reads the trunk's features of the actor's observation), got ",
+                           Setting("config.critic_input", self.critic_input, "critic_input"))
         if self.shared_trunk and self.scheme == "sequential":
-            raise ValueError("Config.shared_trunk is for the simultaneous scheme: exact HAPPO (scheme='sequential') "
-                             "updates each agent's actor apart from the critics")
+            raise _invalid("shared_trunk", "is for the simultaneous scheme: exact HAPPO (scheme='sequential') "
+                                           "updates each agent's actor apart from the critics")
         if self.scheme == "sequential" and self.share_params:
-            raise ValueError("Config.scheme='sequential' (exact HAPPO) needs share_params=False: "
-                             "agents are updated one after another, each with its own parameters")
+            raise FieldError.saying("config.scheme", Setting("config.scheme", "sequential", "Config.scheme"),
+                                    " (exact HAPPO) needs share_params=False: "
+                                    "agents are updated one after another, each with its own parameters")
 
     @property
     def env_args(self) -> dict[str, Any]:
@@ -258,11 +259,17 @@ class Config:
         """
         image = len(env.obs_shape) == 3
         if self.encoder == "cnn" and not image:
-            raise ValueError(f"Config.encoder='cnn' needs image observations (H, W, C); {self.env} observes "
-                             f"flat vectors of shape {tuple(env.obs_shape)}: use encoder 'mlp' or 'auto'")
+            raise FieldError.saying("config.encoder", Setting("config.encoder", "cnn", "Config.encoder"),
+                                    f" needs image observations (H, W, C); {self.env} observes flat vectors of shape "
+                                    f"{tuple(env.obs_shape)}: use encoder 'mlp' or 'auto'")
         if self.encoder == "mlp" or not image:
             return ()
         return tuple(zip(self.conv_features, self.conv_kernels))
+
+
+def _invalid(field: str, *parts: Part) -> FieldError:
+    """The error about ``Config.<field>``, its path ``config.<field>``."""
+    return FieldError(f"config.{field}", *parts, shown=f"Config.{field}")
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
@@ -304,13 +311,25 @@ class Bounds:
             return f"in [{self.low:g}, {self.high:g}]"
         return f"{'>' if self.low_open else '>='} {self.low:g}"
 
-    def check(self, name: str, value: Any) -> float:
-        """``value`` as a float, or a ``ValueError`` naming ``name`` and the range."""
+    def check(self, path: str, value: Any, shown: str | None = None) -> float:
+        """``value`` as a float, checked to lie in the range.
+
+        Args:
+            path: the field's path (``hyper.lr``), for the error.
+            value: the value.
+            shown: how the error names the field (default: ``path``).
+
+        Returns:
+            ``float(value)``.
+
+        Raises:
+            FieldError: if ``value`` is not a finite number within the range.
+        """
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
+            raise FieldError(path, f"must be a finite number, got {value!r}", shown=shown)
         below = value <= self.low if self.low_open else value < self.low
         if below or (self.high is not None and value > self.high):
-            raise ValueError(f"{name} must be {self}, got {value:g}")
+            raise FieldError(path, f"must be {self}, got {value:g}", shown=shown)
         return float(value)
 
 
@@ -327,7 +346,7 @@ class Hyper:
 
     Scalars are float32 ``[]`` (``[R]`` when batched over R runs). ``S_A``, ``S_R`` are
     each a float32 ``[N, N]`` array (``[R, N, N]``) or, for a sparse support, its padded
-    neighbour lists (``jaxpo.sparse.NeighbourLists``, leaves ``[N, K]`` / ``[R, N, K]``;
+    neighbour lists (``jaxpo.core.sparse.NeighbourLists``, leaves ``[N, K]`` / ``[R, N, K]``;
     ``.shape`` is still ``[R,] N, N``): S_A by rows, S_R by columns. Build one with
     ``Hyper.create(support, **scalars)`` and batch R of them with ``Hyper.stack``; a
     ``Hyper()`` of Python floats without matrices holds the defaults (the ``hyper``
@@ -387,7 +406,7 @@ class Hyper:
             support: the support matrices (a ``jaxpo.Support``, validated): S_A and S_R ``[N, N]``.
             support_form: "auto" stores each matrix as neighbour lists when it is sparse
                 (N ≥ 32 and at most N/16 non-zeros per row of S_A / column of S_R; see
-                ``jaxpo.sparse``) and dense otherwise; "dense" / "sparse" force one form.
+                ``jaxpo.core.sparse``) and dense otherwise; "dense" / "sparse" force one form.
                 Both forms give the same objective (up to float rounding of the sums).
             **scalars: scalar hyperparameters by name (``lr=1e-3``), each within its
                 ``scalar_bounds``; omitted ones take their defaults.
@@ -406,7 +425,7 @@ class Hyper:
         if unknown:
             raise ValueError(f"unknown hyperparameter {unknown[0]!r}; known: {', '.join(bounds)}")
         values = {**cls().scalars(), **scalars}
-        values = {name: bounds[name].check(name, value) for name, value in values.items()}
+        values = {name: bounds[name].check(f"hyper.{name}", value, shown=name) for name, value in values.items()}
         if not isinstance(support, Support):
             raise ValueError(f"support must be a jaxpo.support.Support, got {type(support).__name__}")
         support.validate()
@@ -436,7 +455,7 @@ class Hyper:
     def stack(hypers: Sequence["Hyper"]) -> "Hyper":
         """Stacks R single-run ``Hyper`` values into one batched ``Hyper`` ``[R, ...]``.
 
-        Sparse matrices are padded to the batch's largest K (``jaxpo.sparse.stack``); a
+        Sparse matrices are padded to the batch's largest K (``jaxpo.core.sparse.stack``); a
         batch mixing dense and sparse forms of one matrix is stacked dense.
 
         Args:

@@ -3,7 +3,7 @@
 A field's type annotation is its contract: ``Literal[...]`` lists the allowed
 values, ``int`` / ``float`` / ``bool`` / ``str`` / ``tuple[int, ...]`` / ``X | None``
 say what a value must be. ``coerce`` turns YAML or command-line text into such a
-value (or raises a ``ValueError`` naming the field and the expected form);
+value (or raises a ``FieldError`` naming the field and the expected form);
 ``field_docs`` reads each field's one-line help from the class docstring's
 ``Attributes:`` section. Nothing here knows about jaxpo's own options.
 """
@@ -20,6 +20,8 @@ import typing
 from typing import Any, Literal, Mapping
 
 import numpy as np
+
+from jaxpo.core.checks import FieldError, Ref
 
 NONE_WORDS = ("none", "null", "~")
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
@@ -76,11 +78,21 @@ def describe(hint: Any) -> str:
 def coerce(value: Any, hint: Any, name: str) -> Any:
     """``value`` (a Python/YAML value or command-line text) as a value of type ``hint``.
 
-    Raises ``ValueError("<name> must be <expected form>, got <value>")``.
+    Args:
+        value: the value or text.
+        hint: the type it must have (``int``, ``Literal[...]``, ``tuple[int, ...]``, ``X | None``, …).
+        name: the field's path (``config.num_envs``), for the error.
+
+    Returns:
+        The value as that type (``"8"`` -> 8 for an ``int``).
+
+    Raises:
+        FieldError: ``<name> must be <expected form>, got <value>`` (an item of a tuple:
+            ``<name>[i] must be …``).
     """
 
-    def bad() -> ValueError:
-        return ValueError(f"{name} must be {describe(hint)}, got {value!r}")
+    def bad() -> FieldError:
+        return FieldError(name, f"must be {describe(hint)}, got {value!r}")
 
     inner = optional_inner(hint)
     if inner is not None:
@@ -128,13 +140,19 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
             value = (value,)
         if not isinstance(value, (list, tuple)):
             raise bad()
-        return tuple(coerce(v, item, f"{name}[{i}]") for i, v in enumerate(value))
+        items = []
+        for i, v in enumerate(value):
+            try:
+                items.append(coerce(v, item, name))
+            except FieldError as err:  # the field's name, then which item
+                raise FieldError.saying(name, Ref(name), f"[{i}]", *err.parts[1:]) from None
+        return tuple(items)
     return value  # Any, Mapping, …: checked by the owner
 
 
 def coerce_fields(obj: Any, prefix: str) -> None:
     """Coerces every field of the frozen dataclass ``obj`` to its annotated type in place
-    (``"8"`` -> 8 for an ``int``), raising a ValueError that names ``prefix.field``."""
+    (``"8"`` -> 8 for an ``int``), raising a ``FieldError`` that names ``prefix.field``."""
     for name, hint in type_hints(type(obj)).items():
         object.__setattr__(obj, name, coerce(getattr(obj, name), hint, f"{prefix}.{name}"))
 

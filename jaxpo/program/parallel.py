@@ -30,6 +30,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 
+from jaxpo.core.checks import FieldError, Ref, Setting, positive_int
+
 Parallel = Literal["runs", "envs"]
 ENV_AXIS = "envs"  # the mapped axis name inside the data-parallel program
 
@@ -94,23 +96,35 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     process names, ``num_processes`` P ≥ 1 and ``process_id`` in [0, P). A coordinator
     that cannot be reached, or a peer that stops answering, ends this process with an
     error after about ``timeout_s`` seconds instead of hanging.
+
+    Args:
+        coordinator: ``HOST:PORT`` of process 0 (None: JAX finds the cluster).
+        num_processes: P, the number of processes.
+        process_id: this process's index in [0, P).
+        timeout_s: seconds to wait for the coordinator and for each peer.
+
+    Raises:
+        FieldError: naming the argument (``jaxpo.core.checks``): some but not all of the
+            three given, a malformed coordinator, P < 1, or an index out of range.
+        ConnectionError: if the coordinator cannot be reached within ``timeout_s``.
     """
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s < 1:
-        raise ValueError(f"`timeout_s` must be a positive integer of seconds, got {timeout_s!r}")
+    timeout_s = positive_int(timeout_s, "timeout_s", shown="`timeout_s`")
     given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
     if any(v is not None for v in given.values()):
         missing = [name for name, v in given.items() if v is None]
         if missing:
-            raise ValueError(f"a multi-process run needs `coordinator` (HOST:PORT), `num_processes` and `process_id` "
-                             f"together; missing: {', '.join(f'`{m}`' for m in missing)}")
+            names = [part for m in missing for part in (", ", Ref(m, f"`{m}`"))][1:]
+            raise FieldError.saying(missing[0], "a multi-process run needs ", Ref("coordinator", "`coordinator`"),
+                                    " (HOST:PORT), ", Ref("num_processes", "`num_processes`"), " and ",
+                                    Ref("process_id", "`process_id`"), " together; missing: ", *names)
         host, _, port = str(coordinator).rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"`coordinator` must be HOST:PORT (e.g. 10.0.0.1:1234), got {coordinator!r}")
-        if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
-            raise ValueError(f"`num_processes` must be a positive integer, got {num_processes!r}")
+            raise FieldError("coordinator", f"must be HOST:PORT (e.g. 10.0.0.1:1234), got {coordinator!r}",
+                             shown="`coordinator`")
+        num_processes = positive_int(num_processes, "num_processes", shown="`num_processes`")
         if isinstance(process_id, bool) or not isinstance(process_id, int) or not 0 <= process_id < num_processes:
-            raise ValueError(f"`process_id` must be an integer in [0, {num_processes}) for num_processes={num_processes}, "
-                             f"got {process_id!r}")
+            raise FieldError("process_id", f"must be an integer in [0, {num_processes}) for ",
+                             Setting("num_processes", num_processes), f", got {process_id!r}", shown="`process_id`")
         if process_id != 0:
             _wait_for(host, int(port), timeout_s)
     jax.distributed.initialize(coordinator, num_processes, process_id, initialization_timeout=timeout_s,

@@ -41,6 +41,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxpo._version import __version__
+from jaxpo.core.checks import FieldError, Ref
 from jaxpo.program.config import Config, config_from_dict, config_to_dict
 from jaxpo.program.compiled import trainer
 from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed, chunk_updates
@@ -368,8 +369,8 @@ def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], prog
     plan must keep."""
     saved_runs, sizes = list(meta["program_runs"]), list(meta["group_sizes"])
     if saved_runs != list(program_runs):
-        raise ValueError(f"cannot resume: the number of runs differs (checkpoint {sum(saved_runs)}, "
-                         f"now {sum(program_runs)}): " + "; ".join(differences(meta["experiment"], experiment)))
+        raise _refusal(f"cannot resume: the number of runs differs (checkpoint {sum(saved_runs)}, "
+                       f"now {sum(program_runs)}): ", differences(meta["experiment"], experiment))
     diffs = [d for d in differences(meta["experiment"], experiment) if d.split(":")[0] not in FREE_ON_RESUME]
     # what the sections do not show: the traced values, labels and seeds (jaxpo.train's own rows)
     diffs += [f"program {p}'s {d.split(':')[0]} (its runs' traced values, labels or seeds)"
@@ -379,11 +380,21 @@ def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], prog
         diffs = [d for d in diffs if not d.startswith("run.steps:")]
     if diffs:
         hint = "" if one_group else " (run.steps can change only for a run of one group)"
-        raise ValueError("cannot resume: the experiment differs from the checkpoint's in " + "; ".join(diffs) + hint)
+        raise _refusal("cannot resume: the experiment differs from the checkpoint's in ", diffs, hint)
     if one_group and meta["chunk"] > program_chunks[0]:
         raise ValueError(f"cannot resume with run.steps={experiment['run']['steps']}: the checkpoint has trained "
                          f"{meta['chunk']} chunks, more than the {program_chunks[0]} asked for")
     return sizes
+
+
+def _refusal(reason: str, diffs: Sequence[str], hint: str = "") -> FieldError:
+    """The refusal to resume, each difference (``"config.num_envs: checkpoint 8, now 16"``)
+    naming its field as a ``Ref`` so that each door writes it in its own words."""
+    parts: list = [reason]
+    for i, diff in enumerate(diffs):
+        path, colon, rest = diff.partition(":")
+        parts += ["; " * bool(i), *((Ref(path), colon + rest) if colon else (diff,))]
+    return FieldError.saying(diffs[0].partition(":")[0] if diffs else "", *parts, hint)
 
 
 def resume_group(group: Group, tr, run_dir: str, csv: MetricsCSV | None = None, finished: bool = False) -> Group:

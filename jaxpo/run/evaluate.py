@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpo.core.checks import FieldError, Setting
 from jaxpo.run import checkpoint
 from jaxpo.program.config import Config
 from jaxpo.envs import AutoReset, Env
@@ -178,8 +179,8 @@ def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
             return Policy(config, jax.tree.map(lambda x: jnp.asarray(x[r]), params), runs[r],
                           int(meta["chunk"]) * config.updates_per_chunk, greedy)
     known = sorted(r["run_id"] for runs in tables.values() for r in runs)
-    raise ValueError(f"run={run} is not among the checkpointed runs of {run_dir!r} "
-                     f"(run ids {known[0]}..{known[-1]})")
+    raise FieldError.saying("run", Setting("run", run), f" is not among the checkpointed runs of {run_dir!r} "
+                                                       f"(run ids {known[0]}..{known[-1]})")
 
 
 @functools.partial(jax.jit, static_argnames=("config", "env", "episodes", "greedy"))
@@ -336,7 +337,7 @@ def check_animation_path(path: str) -> str:
     """The suffix of ``path`` (``.gif`` or ``.mp4``), or a ValueError."""
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".gif", ".mp4"):
-        raise ValueError(f"`path` must end in .gif or .mp4, got {path!r}")
+        raise FieldError("path", f"must end in .gif or .mp4, got {path!r}", shown="`path`")
     if suffix == ".mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
         raise ValueError("writing .mp4 needs the imageio-ffmpeg package (pip install 'jaxpo[mp4]'); or write a .gif")
     return suffix

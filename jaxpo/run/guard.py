@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpo.core.checks import NamedMessage, Setting
 from jaxpo.run.events import ChunkEvent, Group
 from jaxpo.program.parallel import gather
 
@@ -33,8 +34,13 @@ OnNan = Literal["stop", "mask"]
 EPISODE_METRICS = ("return", "episode_length", "win_rate")
 
 
-class NonFiniteError(RuntimeError):
-    """A run's loss, parameters or returns stopped being finite."""
+class NonFiniteError(NamedMessage, RuntimeError):
+    """A run's loss, parameters or returns stopped being finite; its message's parts
+    name the ``run.on_nan`` setting (``jaxpo.core.checks``)."""
+
+    def __init__(self, *parts):
+        self.parts = parts
+        super().__init__(self.named())
 
 
 @jax.jit
@@ -101,6 +107,7 @@ class NanGuard:
             update, names = self.diverged[run_id]
             message = f"run {run_id} ({labels[run_id]}) became non-finite by update {update}: {', '.join(names)}"
             if self.on_nan == "stop":
-                raise NonFiniteError(f"{message}. Stopped (on_nan='stop'); every checkpoint saved before it is kept. "
-                                     f"Lower the learning rate, or use on_nan='mask' to let the other runs go on.")
+                raise NonFiniteError(f"{message}. Stopped (", Setting("run.on_nan", "stop", "on_nan"),
+                                     "); every checkpoint saved before it is kept. Lower the learning rate, or use ",
+                                     Setting("run.on_nan", "mask", "on_nan"), " to let the other runs go on.")
             self.log(f"warning: {message}; its metrics are NaN from there on, the other runs go on (on_nan='mask')")

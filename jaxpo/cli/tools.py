@@ -1,0 +1,165 @@
+"""The commands on what training left: ``jaxpo eval``, ``jaxpo render`` and ``jaxpo
+export`` read a run directory; ``jaxpo envs`` lists the environments and ``jaxpo docs``
+serves the documentation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+from jaxpo.cli.errors import report
+from jaxpo.core.checks import positive_int
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and checkpoint_eval.csv.
+
+    Args:
+        args: ``run_dir``, ``run`` (None: every run), ``episodes``, ``seed``, ``greedy``.
+
+    Returns:
+        0; 2 after a usage error (no checkpoint, a run id it does not hold).
+    """
+    from jaxpo.run import checkpoint
+    from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes, summarize
+    from jaxpo.run.report import write_csv
+
+    try:
+        positive_int(args.episodes, "episodes")
+        groups = latest_groups(args.run_dir)
+        if not groups:
+            checkpoint.restore(args.run_dir)  # raises the precise error
+        rows, known = [], []
+        for step in sorted(groups.values()):
+            config, params, runs, meta = load_runs(args.run_dir, step)
+            known += [r["run_id"] for r in runs]
+            pick = [i for i, r in enumerate(runs) if args.run in (None, r["run_id"])]
+            if not pick:
+                continue
+            params = _take_runs(params, pick)
+            ids = [runs[i]["run_id"] for i in pick]
+            returns, won, rate = run_episodes(config, params, ids, args.episodes, args.seed, args.greedy)
+            for i, stats in zip(pick, summarize(returns, won, rate)):
+                run = runs[i]
+                rows.append({"run_id": run["run_id"], "label": run["label"], "setting": run["setting"],
+                             "seed": run["seed"], "update": int(meta["chunk"]) * config.updates_per_chunk,
+                             "greedy": args.greedy, **stats})
+        if not rows:
+            raise ValueError(f"--run {args.run} is out of range: the checkpointed runs of {args.run_dir!r} have "
+                             f"run ids {min(known)}..{max(known)}")
+    except ValueError as err:
+        return report("eval", err)
+    header = list(dict.fromkeys(k for row in rows for k in row))
+    write_csv(os.path.join(args.run_dir, "checkpoint_eval.csv"), header, [[row.get(h, "") for h in header] for row in rows])
+    for row in rows:
+        print(json.dumps(row))
+    return 0
+
+
+def _take_runs(tree, index):
+    """Leaves ``[R, ...] -> [len(index), ...]``."""
+    import jax
+
+    return jax.tree.map(lambda x: x[np.asarray(index)], tree)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """``jaxpo render``: one episode of run ``--run`` to ``--out``.
+
+    Args:
+        args: ``run_dir``, ``run``, ``seed``, ``greedy``, ``out`` (.gif or .mp4), ``fps``.
+
+    Returns:
+        0; 2 after a usage error (an animation path of another suffix, no checkpoint).
+    """
+    from jaxpo.run.evaluate import check_animation_path, load_policy, render_episode
+
+    try:
+        check_animation_path(args.out)  # before the (slower) loading
+        policy = load_policy(args.run_dir, run=args.run, greedy=args.greedy)
+        frames = render_episode(policy, args.out, seed=args.seed, fps=args.fps)
+    except ValueError as err:
+        return report("render", err)
+    print(json.dumps({"out": args.out, "frames": frames, "run": policy.run["label"], "update": policy.update}))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``jaxpo export``: marl-eval JSON of one or more run directories.
+
+    Args:
+        args: ``run_dirs``, ``out`` (needed for several), and marl-eval's names.
+
+    Returns:
+        0; 2 after a usage error (several directories and no ``--out``).
+    """
+    from jaxpo.run.export import marl_eval_results, merge, write_marl_eval
+
+    try:
+        if args.out is None and len(args.run_dirs) > 1:
+            raise ValueError("--out FILE.json is needed to export several run directories into one file")
+        out = args.out or os.path.join(args.run_dirs[0], "marl_eval.json")
+        results = merge(*(marl_eval_results(d, env_name=args.env_name, task_name=args.task, algorithm=args.algorithm)
+                          for d in args.run_dirs))
+        write_marl_eval(out, results)
+    except ValueError as err:
+        return report("export", err)
+    print(json.dumps({"out": out, "run_dirs": args.run_dirs}))
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    """``jaxpo docs``: ``mkdocs serve`` (or ``build --strict``) on the checkout's mkdocs.yml.
+
+    Args:
+        args: the parsed flags of the command.
+
+    Returns:
+        mkdocs's exit status, or 2 when there is no checkout or no mkdocs.
+    """
+    import importlib.util
+    import subprocess
+
+    config = pathlib.Path(__file__).resolve().parents[2] / "mkdocs.yml"  # the checkout: jaxpo/cli/ is two below
+    if not config.exists():
+        return report("docs", ValueError("the documentation is in jaxpo's source repository: clone it and "
+                                         "`pip install -e \".[dev]\"` there"))
+    if importlib.util.find_spec("mkdocs") is None:
+        return report("docs", ValueError("mkdocs is not installed: `pip install -e \".[dev]\"` in the checkout"))
+    command = (["build", "--strict", "--site-dir", args.build] if args.build else
+               ["serve", "--dev-addr", args.address])
+    return subprocess.call([sys.executable, "-m", "mkdocs", *command, "--config-file", str(config)])
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    """``jaxpo envs``: every registered environment with its agents, spaces and coupling.
+
+    Args:
+        args: the parsed flags (``names``: only the names, one a line).
+
+    Returns:
+        0.
+    """
+    from jaxpo.envs import describe, make, registered_names
+
+    if args.names:
+        print("\n".join(registered_names()))
+        return 0
+    rows = [["name", "N", "obs", "actions", "continuous", "coupling"]]
+    for name in registered_names():  # each with its default parameters
+        try:
+            facts = describe(make(name))
+        except ImportError as exc:  # an optional extra that is not installed: the row says which
+            rows.append([name, "?", "?", "?", "?", str(exc)])
+            continue
+        rows.append([name, *(str(facts[k]) for k in ("num_agents", "obs_dim", "actions", "continuous", "coupling"))])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
