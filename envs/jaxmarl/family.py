@@ -4,13 +4,15 @@ A family is a set of JaxMARL environments that :class:`~jaxpo.envs.jaxmarl.JaxMA
 reads the same way. Its module subclasses :class:`Family` and overrides what differs from
 the defaults here (a JaxMARL environment of no known family gets these defaults):
 
-* names and arguments: ``names``, ``parameters`` (checked before building), ``arguments``
-  (map names turned into JaxMARL objects), ``build``;
+* names and arguments: ``names``, ``jaxmarl_classes`` (its JaxMARL classes, by import
+  path), ``parameters`` (checked before building), ``arguments`` (map names turned into
+  JaxMARL objects), ``build``;
 * agents: ``heuristic_agents`` (JaxMARL agents that JaxMARL moves itself);
 * episode ends: ``max_steps``, ``time_up``, ``terminal`` (a decided game), ``won``;
 * observations: ``global_state_dim`` and ``global_state`` (the world state), and
   ``available_actions`` (the action masks);
-* ``coupling`` (whose actions reach whose reward) and ``render``.
+* ``coupling`` (whose actions reach whose reward; ``complete_coupling`` for one team
+  reward) and ``render``.
 
 Every method takes the JaxMARL environment (``env``) it reads; a family holds no state.
 """

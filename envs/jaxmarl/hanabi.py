@@ -24,7 +24,7 @@ from .family import Family
 from .registry import register
 
 
-class Hanabi(Family):
+class HanabiFamily(Family):
     """Hanabi (the module docstring states the rules)."""
 
     title = "Hanabi"
@@ -47,4 +47,4 @@ class Hanabi(Family):
         return env.get_legal_moves
 
 
-register(Hanabi())
+register(HanabiFamily())

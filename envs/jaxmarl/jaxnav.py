@@ -26,7 +26,7 @@ from .family import Family, check_map_name, figure_pixels
 from .registry import register
 
 
-class JaxNav(Family):
+class JaxNavFamily(Family):
     """JaxNav (the module docstring states the rules)."""
 
     title = "JaxNav"
@@ -73,4 +73,4 @@ class JaxNav(Family):
         return figure_pixels(fig)
 
 
-register(JaxNav())
+register(JaxNavFamily())

@@ -70,7 +70,7 @@ def body_graph(system: Any, action_mapping: dict) -> np.ndarray:
                       dtype=np.float32)
 
 
-class MABrax(Family):
+class MABraxFamily(Family):
     """Multi-Agent Brax (the module docstring states the rules)."""
 
     title = "MABrax"
@@ -125,4 +125,4 @@ class MABrax(Family):
         return body_graph(env.sys, env.agent_action_mapping)
 
 
-register(MABrax())
+register(MABraxFamily())

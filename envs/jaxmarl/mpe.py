@@ -56,7 +56,7 @@ _ENTITY_KWARGS = (
 )  # fmt: skip
 
 
-class MPE(Family):
+class MPEFamily(Family):
     """The cooperative MPE scenarios (the module docstring states the rules)."""
 
     title = "MPE"
@@ -96,4 +96,4 @@ class MPE(Family):
         return figure_pixels(viz.fig)
 
 
-register(MPE())
+register(MPEFamily())

@@ -22,7 +22,7 @@ from .family import Family, check_map_name
 from .registry import register
 
 
-class Overcooked(Family):
+class OvercookedFamily(Family):
     """Overcooked (the module docstring states the rules)."""
 
     title = "Overcooked"
@@ -75,4 +75,4 @@ class Overcooked(Family):
             agent_inv=state.agent_inv))[..., :3]
 
 
-register(Overcooked())
+register(OvercookedFamily())

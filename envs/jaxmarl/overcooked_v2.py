@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from .family import check_map_name
-from .overcooked import Overcooked
+from .overcooked import OvercookedFamily
 from .registry import register
 
 
-class OvercookedV2(Overcooked):
+class OvercookedV2Family(OvercookedFamily):
     """Overcooked v2 (the module docstring states what differs from Overcooked)."""
 
     title = "Overcooked v2"
@@ -52,4 +52,4 @@ class OvercookedV2(Overcooked):
         return np.asarray(OvercookedV2Visualizer()._render_state(state, env.agent_view_size))[..., :3]
 
 
-register(OvercookedV2())
+register(OvercookedV2Family())

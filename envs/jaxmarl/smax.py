@@ -42,7 +42,7 @@ def _battle(env: Any, state: Any) -> tuple[jax.Array, jax.Array]:
     return ~jnp.any(inner.unit_alive[:allies]), ~jnp.any(inner.unit_alive[allies:])
 
 
-class SMAX(Family):
+class SMAXFamily(Family):
     """SMAX against scripted enemies (the module docstring states the rules)."""
 
     title = "SMAX"
@@ -106,4 +106,4 @@ class SMAX(Family):
         return np.asarray(image.get_array())[..., :3].copy()  # the figure as SMAX drew it
 
 
-register(SMAX())
+register(SMAXFamily())

@@ -19,7 +19,7 @@ from .family import Family
 from .registry import register
 
 
-class SwitchRiddle(Family):
+class SwitchRiddleFamily(Family):
     """Switch Riddle (the module docstring states the rules)."""
 
     title = "Switch Riddle"
@@ -33,4 +33,4 @@ class SwitchRiddle(Family):
         return acted == env.game_actions["TELL"]
 
 
-register(SwitchRiddle())
+register(SwitchRiddleFamily())
