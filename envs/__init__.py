@@ -40,11 +40,11 @@ def registered_names() -> list[str]:
 
     Returns:
         The sorted names of jaxpo's own environments (``REGISTRY``), then the sorted
-            supported JaxMARL names (``SUPPORTED_JAXMARL``).
+            names of the registered JaxMARL families (``jaxpo.envs.jaxmarl.supported_names``).
     """
-    from .jaxmarl_adapter import SUPPORTED_JAXMARL
+    from .jaxmarl import supported_names
 
-    return sorted(REGISTRY) + sorted(SUPPORTED_JAXMARL)
+    return sorted(REGISTRY) + sorted(supported_names())
 
 
 def describe(env: Env) -> dict:
@@ -86,7 +86,7 @@ def make(name: str, **kwargs) -> Env:
         name: a registered environment (``REGISTRY``), an environment class's import
             path ``"module:Class"`` (the module importable: installed or on
             ``PYTHONPATH``), or a JaxMARL environment name (wrapped by
-            ``jaxpo.envs.jaxmarl_adapter.JaxMARLAdapter``); see ``registered_names``.
+            ``jaxpo.envs.jaxmarl.JaxMARLAdapter``); see ``registered_names``.
         **kwargs: the environment's keyword parameters (its constructor's, or for
             JaxMARL ``JaxMARLAdapter.from_name``'s), e.g. ``rows=8`` for ``traffic_grid``.
 
@@ -109,7 +109,7 @@ def make(name: str, **kwargs) -> Env:
             raise ValueError(f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for env "
                              f"{name!r}; its parameters: {', '.join(known)}")
         return cls(**kwargs)
-    from .jaxmarl_adapter import JaxMARLAdapter
+    from .jaxmarl import JaxMARLAdapter
 
     return JaxMARLAdapter.from_name(name, **kwargs)
 

@@ -19,7 +19,7 @@ its observations' ``obs_shape`` before flattening, and, where known, its
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -160,8 +160,9 @@ class AutoReset(Env):
     step that ended the old one, and keeps that step's own observation in
     ``final_obs`` / ``final_global_state`` so truncated episodes bootstrap correctly.
     Under ``vmap`` both branches are evaluated (a ``select``), as with any batched
-    conditional. The size attributes are the wrapped environment's, and any other
-    attribute (``render``, reference policies, ...) is looked up on it.
+    conditional. The size attributes, ``coupling``, ``obs_shape``, ``render`` and
+    ``reference_policy`` are the wrapped environment's; anything else is reached
+    through ``env``.
 
     Args:
         env: the environment to wrap.
@@ -182,8 +183,26 @@ class AutoReset(Env):
         """The wrapped environment's observation shape before flattening (``(H, W, C)`` or ``(obs_dim,)``)."""
         return self.env.obs_shape
 
-    def __getattr__(self, name: str) -> Any:  # env-specific extras (render, reference policies, ...)
-        return getattr(self.env, name)
+    @property
+    def render(self) -> Callable[..., np.ndarray]:
+        """The wrapped environment's ``render(state, ...) -> uint8 [H, W, 3]``.
+
+        A property, so that ``getattr(env, "render", None)`` is None where the wrapped
+        environment has none.
+
+        Raises:
+            AttributeError: if the wrapped environment has no ``render``.
+        """
+        return self.env.render
+
+    @property
+    def reference_policy(self) -> Callable[..., jax.Array]:
+        """The wrapped environment's ``reference_policy(key, state, ...) -> actions [N]``.
+
+        Raises:
+            AttributeError: if the wrapped environment has no ``reference_policy``.
+        """
+        return self.env.reference_policy
 
     def reset(self, key: jax.Array) -> tuple[Any, TimeStep]:
         """Starts an episode of the wrapped environment.

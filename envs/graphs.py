@@ -5,8 +5,7 @@ loops; ``adjacency[i, j] = 1`` is an edge i → j. Nodes of a ``rows × cols`` g
 are numbered row-major: node ``r * cols + c``.
 
 Distances are hop counts from a breadth-first search run from every node at once
-over the edge list, so the total work is O(n · edges) — a 1024-node ring or grid
-takes a few tens of milliseconds. Unreachable pairs get :data:`UNREACHABLE`, a
+over the edge list, so the total work is O(n · edges). Unreachable pairs get :data:`UNREACHABLE`, a
 large value, so ``distances <= c`` is correct without special cases.
 """
 

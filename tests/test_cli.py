@@ -122,9 +122,9 @@ def test_envs_lists_every_name_with_its_sizes_spaces_and_coupling(capsys):
 
 
 def test_envs_says_which_extra_a_family_needs(capsys, monkeypatch):
-    from jaxpo.envs import jaxmarl_adapter
+    from jaxpo.envs.jaxmarl import mabrax
 
-    monkeypatch.setattr(jaxmarl_adapter, "_mabrax_env_class", lambda: None)  # as if brax were not installed
+    monkeypatch.setattr(mabrax, "brax_env_class", lambda: None)  # as if brax were not installed
     assert cli.main(["envs"]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert 'needs brax, an optional extra: pip install "jaxpo[mabrax]"' in rows["walker2d_2x3"]

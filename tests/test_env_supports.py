@@ -1,4 +1,5 @@
-"""κ-hop supports built from the environments' own coupling graphs."""
+"""κ-hop supports (jaxpo.core.support) built from the environments' own coupling graphs,
+and what jaxpo.envs.AutoReset passes on from the environment it wraps."""
 
 import numpy as np
 
@@ -53,3 +54,14 @@ def test_make_support_uses_the_env_coupling():
     sup = support.make_support("khop", env.num_agents, kappa=1, coupling=env.coupling)
     np.testing.assert_array_equal(sup.S_A, env.coupling)
     assert support.make_support("khop", env.num_agents, kappa=0, coupling=env.coupling).S_A.trace() == 4
+
+
+def test_autoreset_passes_on_what_its_callers_use_and_nothing_else():
+    cue = envs.make("memory_cue", num_agents=2)
+    wrapped = envs.AutoReset(cue)
+    assert (wrapped.num_agents, wrapped.obs_dim, wrapped.max_steps) == (cue.num_agents, cue.obs_dim, cue.max_steps)
+    assert wrapped.reference_policy == cue.reference_policy and wrapped.obs_shape == cue.obs_shape
+    assert getattr(wrapped, "render", None) is None  # memory_cue draws nothing: no render to pass on
+    traffic = envs.make("traffic_grid", rows=2, cols=2)
+    assert envs.AutoReset(traffic).render == traffic.render
+    assert not hasattr(envs.AutoReset(traffic), "arrival_rate") and hasattr(traffic, "arrival_rate")

@@ -1,4 +1,6 @@
-"""JaxMARLAdapter: JaxMARL envs in the array protocol, checked against JaxMARL itself.
+"""JaxMARLAdapter (jaxpo.envs.jaxmarl): JaxMARL envs in the array protocol, checked against
+JaxMARL itself; the family registry (a toy family registered and built by name) and every
+family's argument checks.
 
 Compiles dominate the runtime. Each env gets two "pair" functions (``reset2``,
 ``step2``) returning the adapter's result and JaxMARL's own dict result. They run
@@ -15,10 +17,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 import jaxpo.envs
 from jaxpo.envs import AutoReset
-from jaxpo.envs.jaxmarl_adapter import SUPPORTED_JAXMARL, JaxMARLAdapter, _quiet_jaxmarl_import
+from jaxpo.envs.jaxmarl import SUPPORTED_JAXMARL, Family, JaxMARLAdapter, register, registry
+from jaxpo.envs.jaxmarl.loading import load_jaxmarl, quiet_import
+
+load_jaxmarl()
+from jaxmarl.environments.multi_agent_env import MultiAgentEnv  # noqa: E402  (after the quiet import)
+from jaxmarl.environments.spaces import Box, Discrete  # noqa: E402
 
 MPE_NAMES = ("MPE_simple_spread_v3", "MPE_simple_reference_v3", "MPE_simple_speaker_listener_v4")
 
@@ -428,8 +436,126 @@ def test_continuous_bad_actions(mpe_continuous):
 def test_quiet_import_survives_jaxmarl_stream_reset(capsys):
     # jaxmarl's mabrax module does exactly this while importing, then jaxmarl prints.
     before = (sys.stdout, sys.stderr)
-    with _quiet_jaxmarl_import():
+    with quiet_import():
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         print("Importing submoduled environments...")
     assert (sys.stdout, sys.stderr) == before
     assert capsys.readouterr().out == ""
+
+
+# -- the family registry: one module per family, arguments checked before building ------------
+
+
+@struct.dataclass
+class CoinState:
+    step: jax.Array
+    side: jax.Array
+
+
+class CoinCall(MultiAgentEnv):
+    """Two players call a coin's hidden side each step; calling the same side decides the
+    game (reward 1 each when it is the coin's side)."""
+
+    def __init__(self, max_steps: int = 4):
+        super().__init__(num_agents=2)
+        self.observation_spaces = {a: Box(0.0, 1.0, (2,)) for a in self.agents}
+        self.action_spaces = {a: Discrete(2) for a in self.agents}
+        self.max_steps = max_steps
+
+    def reset(self, key):
+        state = CoinState(step=jnp.int32(0), side=jax.random.bernoulli(key).astype(jnp.int32))
+        return {a: jnp.zeros(2) for a in self.agents}, state
+
+    def step_env(self, key, state, actions):
+        agree = actions["agent_0"] == actions["agent_1"]
+        new = state.replace(step=state.step + 1)
+        reward = (agree & (actions["agent_0"] == state.side)).astype(jnp.float32)
+        done = agree | (new.step >= self.max_steps)
+        obs = {a: jax.nn.one_hot(actions[a], 2) for a in self.agents}
+        return obs, new, {a: reward for a in self.agents}, {"agent_0": done, "agent_1": done, "__all__": done}, {}
+
+
+class CoinFamily(Family):
+    """A family is one module like this: what differs from the base's defaults."""
+
+    title = "Coin"
+    names = ("coin_call",)
+
+    def parameters(self, name):
+        return {"max_steps": 4}
+
+    def build(self, name, kwargs):
+        return CoinCall(**kwargs)
+
+    def terminal(self, env, state, actions, next_state):
+        return actions["agent_0"] == actions["agent_1"]  # a call both made decides the game
+
+    def coupling(self, env, num_agents):
+        return np.ones((num_agents, num_agents), np.float32)
+
+
+def test_a_new_family_is_one_registered_module(monkeypatch):
+    monkeypatch.setattr(registry, "FAMILIES", dict(registry.FAMILIES))  # the toy family leaves with the test
+    register(CoinFamily())
+    assert "coin_call" in jaxpo.envs.registered_names()
+    env = jaxpo.envs.make("coin_call", max_steps=3)
+    assert isinstance(env, JaxMARLAdapter) and env.family.title == "Coin" and env.max_steps == 3
+    assert env.coupling.sum() == 4 and env.num_actions == 2 and env.global_state_dim is None
+    state, ts = env.reset(jax.random.PRNGKey(0))
+    state, ts = env.step(jax.random.PRNGKey(1), state, jnp.asarray([0, 1]))
+    assert not ts.done
+    _, decided = env.step(jax.random.PRNGKey(2), state, jnp.asarray([1, 1]))
+    assert bool(decided.terminated) and not bool(decided.truncated)
+    state, _ = env.step(jax.random.PRNGKey(2), state, jnp.asarray([1, 0]))
+    _, late = env.step(jax.random.PRNGKey(3), state, jnp.asarray([1, 0]))  # the third step: the time limit
+    assert bool(late.truncated) and not bool(late.terminated)
+    with pytest.raises(ValueError, match="max_steps for env 'coin_call' must be an integer, got '3'"):
+        jaxpo.envs.make("coin_call", max_steps="3")
+    with pytest.raises(ValueError, match=r"for JaxMARL env 'coin_call': unknown \['sides'\]; known: \['max_steps'\]"):
+        jaxpo.envs.make("coin_call", sides=3)
+    with pytest.raises(ValueError, match="registered to Coin already"):
+        register(SimpleNamespace(names=("coin_call",), needs_arguments=(), title="Other"))
+    with pytest.raises(ValueError, match="cannot render here: JaxMARL's visualisers are wired in for MPE, SMAX"):
+        env.render(state)
+
+
+# One argument of the wrong kind per family: (name, argument, value, message).
+WRONG_ARGUMENTS = [
+    ("MPE_simple_spread_v3", "local_ratio", "high", "local_ratio for env 'MPE_simple_spread_v3' must be a number, got 'high'"),
+    ("MPE_simple_facmac_v1", "view_radius", "far", "view_radius for env 'MPE_simple_facmac_v1' must be a number"),
+    ("HeuristicEnemySMAX", "scenario", 3,
+     "scenario for env 'HeuristicEnemySMAX' must be a map name or a jaxmarl Scenario, got 3; known: .*2s3z"),
+    ("LearnedPolicyEnemySMAX", "scenario", 3, "pass policy="),
+    ("switch_riddle", "num_agents", "3", "num_agents for env 'switch_riddle' must be an integer, got '3'"),
+    ("hanabi", "num_agents", 2.5, "num_agents for env 'hanabi' must be an integer, got 2.5"),
+    ("overcooked", "layout", 3, "layout for env 'overcooked' must be a layout name or a layout dict, got 3; "
+     "known: cramped_room"),
+    ("overcooked", "random_reset", "yes", "random_reset for env 'overcooked' must be true or false, got 'yes'"),
+    ("overcooked_v2", "layout", 3, "layout for env 'overcooked_v2' must be a layout name or a jaxmarl Layout, got 3; "
+     "known: cramped_room"),
+    ("overcooked_v2", "layout", "nope", "unknown Overcooked v2 layout 'nope'; known: cramped_room"),
+    ("jaxnav", "map_id", 3, "map_id for env 'jaxnav' must be a map name, got 3; known: Grid-Rand"),
+    ("jaxnav", "map_id", "Nowhere", "unknown JaxNav map 'Nowhere'; known: Grid-Rand"),
+    ("hopper_3x1", "episode_length", "long", "episode_length for env 'hopper_3x1' must be an integer, got 'long'"),
+]
+
+
+@pytest.mark.parametrize("name, argument, value, message", WRONG_ARGUMENTS,
+                         ids=[f"{n}-{a}={v!r}" for n, a, v, _ in WRONG_ARGUMENTS])
+def test_an_argument_of_the_wrong_kind_is_a_one_line_error_naming_it(name, argument, value, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        jaxpo.envs.make(name, **{argument: value})
+    assert "\n" not in str(raised.value)
+
+
+def test_every_family_checks_its_arguments():
+    checked = {registry.FAMILIES[name].title for name, *_ in WRONG_ARGUMENTS}
+    assert checked == {family.title for family in registry.families()}
+
+
+@pytest.mark.parametrize("family", registry.families(), ids=lambda family: family.title)
+def test_an_unknown_parameter_is_refused_with_the_known_ones(family):
+    name = (*family.names, *family.needs_arguments)[0]
+    expected = "no_such_parameter" if family.more_parameters else r"unknown \['no_such_parameter'\]; known: \["
+    with pytest.raises(ValueError, match=expected):
+        jaxpo.envs.make(name, no_such_parameter=1)

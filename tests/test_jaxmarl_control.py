@@ -12,8 +12,8 @@ import jaxpo.envs
 from jaxpo import Config, runs, train
 from jaxpo.core import support
 from jaxpo.envs import AutoReset
-from jaxpo.envs import jaxmarl_adapter
-from jaxpo.envs.jaxmarl_adapter import MABRAX
+from jaxpo.envs.jaxmarl import mabrax
+from jaxpo.envs.jaxmarl.mabrax import MABRAX
 from runtools import cli_curves
 
 
@@ -171,7 +171,7 @@ def test_mabrax_a_fall_terminates_and_the_time_limit_truncates(hopper):
 def test_mabrax_without_brax_names_the_extra_and_refuses_its_auto_reset(monkeypatch):
     with pytest.raises(ValueError, match="auto_reset=True for 'hopper_3x1': jaxpo resets episodes itself"):
         jaxpo.envs.make("hopper_3x1", auto_reset=True)
-    monkeypatch.setattr(jaxmarl_adapter, "_mabrax_env_class", lambda: None)  # as if brax were not installed
+    monkeypatch.setattr(mabrax, "brax_env_class", lambda: None)  # as if brax were not installed
     with pytest.raises(ImportError, match=r'needs brax, an optional extra: pip install "jaxpo\[mabrax\]"'):
         jaxpo.envs.make("ant_4x2")
 

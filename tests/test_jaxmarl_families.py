@@ -11,7 +11,7 @@ import jaxpo.envs
 from jaxpo import Config, runs, train
 from jaxpo.core import support
 from jaxpo.envs import AutoReset
-from jaxpo.envs.jaxmarl_adapter import COMPETITIVE_JAXMARL, SUPPORTED_JAXMARL, JaxMARLAdapter
+from jaxpo.envs.jaxmarl import COMPETITIVE_JAXMARL, SUPPORTED_JAXMARL, JaxMARLAdapter
 from runtools import cli_curves
 
 NOTHING, SWITCH, TELL = 0, 1, 2

@@ -1,0 +1,76 @@
+"""JaxNav: robots drive to their goals through a map of obstacles, sensing by lidar.
+
+* Names: ``jaxnav``; arguments: ``JaxNav``'s constructor's, ``map_id=`` one of JaxNav's
+  registered maps.
+* Actions: continuous ``Box(2)`` (or ``act_type="Discrete"``: 15), every one available
+  (JaxNav's ``get_avail_actions`` is a placeholder, two ones per agent whatever its
+  action space). Rewards are per agent.
+* Episode ends: when every robot has reached its goal or crashed, a termination; an
+  episode that ends at its time limit with a robot still driving is a truncation. A
+  robot that has reached its goal or crashed stays put with reward 0 until the end.
+* Observations: a world state per agent (JaxNav's ``get_world_state``), [N, S].
+* Coupling: the complete graph: each agent's reward is blended with the team mean
+  (``rew_lambda``), and any two robots can collide.
+* Renderer: JaxNav's ``init_render`` (map, robots, goals, lidar).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .family import Family, check_map_name, figure_pixels
+from .registry import register
+
+
+class JaxNavFamily(Family):
+    """JaxNav (the module docstring states the rules)."""
+
+    title = "JaxNav"
+    names = ("jaxnav",)
+    complete_coupling = True  # rewards blended with the team mean; any two robots can collide
+    jaxmarl_classes = ("jaxmarl.environments.jaxnav.jaxnav_env:JaxNav",)
+
+    def arguments(self, name: str, kwargs: dict) -> dict:
+        """Also checks ``map_id`` against JaxNav's registered maps.
+
+        Raises:
+            ValueError: besides the base's, a ``map_id`` that is not a registered map's
+                name (the message lists them).
+        """
+        from jaxmarl.environments.jaxnav.maps.map_registration import registered_maps
+
+        if "map_id" in kwargs:
+            check_map_name(kwargs["map_id"], registered_maps, "JaxNav map", "map_id", name)
+        return super().arguments(name, kwargs)
+
+    def terminal(self, env: Any, state: Any, actions: dict, next_state: Any) -> jax.Array:
+        """Every robot is at its goal or has crashed (now or, evaporating, before)."""
+        return jnp.all(state.done | next_state.goal_reached | next_state.move_term)
+
+    def global_state_dim(self, env: Any, obs_shapes: dict) -> int:
+        """The width of one agent's row of ``get_world_state``."""
+        state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[1]
+        return int(np.prod(jax.eval_shape(env.get_world_state, state).shape[1:]))
+
+    def global_state(self, env: Any, obs: dict, state: Any, num_agents: int, dim: int) -> jax.Array:
+        """``get_world_state``, one row per agent."""
+        return jnp.reshape(env.get_world_state(state), (num_agents, -1)).astype(jnp.float32)
+
+    def available_actions(self, env: Any) -> None:
+        """None: every action is available."""
+        return None
+
+    def render(self, env: Any, state: Any) -> np.ndarray:
+        """JaxNav's ``init_render``; the lidar beams need the observation."""
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 5))
+        env.init_render(ax, state, obs=env.get_obs(state))
+        return figure_pixels(fig)
+
+
+register(JaxNavFamily())
