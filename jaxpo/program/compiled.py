@@ -91,7 +91,11 @@ def _cpu_compiler_options() -> dict[str, Any]:
 
 def _learner_attribute(name: str) -> property:
     """A read-only property answering the ``Learner``'s ``name``."""
-    return property(lambda self: getattr(self.learner, name), doc=f"``self.learner.{name}``.")
+    def get(self: "Trainer") -> Any:
+        return getattr(self.learner, name)
+
+    get.__doc__ = f"The learner's ``{name}``: ``Trainer.learner.{name}`` (``jaxpo.program.learner.Learner``)."
+    return property(get)
 
 
 class Trainer:
