@@ -78,7 +78,7 @@ Distribution = distrax.Categorical | MaskedDiagGaussian
 NO_CARRY = {"actor": None, "critic": None}  # what feed-forward calls pass as hidden states
 
 
-def _checked(num_agents: int, obs_dim: int, critic_dim: int, hidden: Sequence[int], activation: str,
+def _checked(obs_dim: int, critic_dim: int, hidden: Sequence[int], activation: str,
              conv: Sequence[tuple[int, int]], image_shape: Sequence[int], critic_conv: bool, shared_trunk: bool):
     """``(hidden, conv, image_shape)`` as int tuples, or the ValueError ``create`` raises."""
     if activation not in ACTIVATIONS:
@@ -174,8 +174,8 @@ class ActorCritic:
                 ``image_shape`` that does not match ``obs_dim``, or a critic that cannot
                 read the actor's images or input.
         """
-        hidden, conv, image_shape = _checked(num_agents, obs_dim, critic_dim, hidden, activation, conv,
-                                             image_shape, critic_conv, shared_trunk)
+        hidden, conv, image_shape = _checked(obs_dim, critic_dim, hidden, activation, conv, image_shape,
+                                             critic_conv, shared_trunk)
         module = GRUNet if recurrent else MLP
         ids = num_agents if shared and agent_ids else 0  # one network for all agents, told apart by their ids
         layout = functools.partial(Layout, hidden, activation=activation, num_ids=ids, platform=platform)
