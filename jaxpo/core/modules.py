@@ -222,15 +222,14 @@ class Layout:
     def branches(self, module: nn.Module, x: jax.Array) -> jax.Array:
         """Everything after the trunk output ``x``: every head's layers and output,
         concatenated. Two heads' first layers read the same ``x``: one ``dense_pair``."""
-        branch_inputs = [x] * len(self.heads)
-        if len(self.heads) == 2 and len(self.hidden) > 1:
+        inputs, start = [x] * len(self.heads), 1
+        if len(self.heads) == 2 and len(self.hidden) > 1:  # both heads' layer 1 read x: one dense_pair
             init = orthogonal(np.sqrt(2.0))
             weights = [Weights(self.hidden[1], True, init, name=f"{head.prefix}Dense_1")(x.shape[-1])
                        for head in self.heads]
-            branch_inputs = for_platform(self.platform).dense_pair(x, *weights, ACTIVATIONS[self.activation])
-        start = 2 if len(self.heads) == 2 else 1
+            inputs, start = for_platform(self.platform).dense_pair(x, *weights, ACTIVATIONS[self.activation]), 2
         return jnp.concatenate([self.output(module, head, self.layers(h, start, prefix=head.prefix))
-                                for head, h in zip(self.heads, branch_inputs)], axis=-1)
+                                for head, h in zip(self.heads, inputs)], axis=-1)
 
 
 class MLP(nn.Module):
