@@ -116,13 +116,20 @@ class Transition:
         return self.obs if self.critic_obs is None else self.critic_obs
 
 
+def permutation(key: jax.Array, n: int, platform: str | None = None) -> jax.Array:
+    """int32 ``[n]``: a random permutation of ``range(n)``, the epoch shuffle, by the
+    kernels of ``platform`` (``jaxpo.core.kernels``: on CPU ``kernels.cpu.permutation``,
+    elsewhere ``jax.random.permutation``; None: ``jax.default_backend()``)."""
+    return for_platform(platform).permutation(key, n)
+
+
 def minibatch_rows(key: jax.Array, batch_size: int, num_minibatches: int, platform: str | None = None) -> jax.Array:
-    """int32 ``[M, B / M]``: a random permutation of the B sample indices (the kernels'
-    ``permutation`` on ``platform``, ``jaxpo.core.kernels``) cut into M minibatches. An
-    epoch scans over these rows and gathers each minibatch from the batch itself
-    (``take_rows``): no shuffled copy of the whole batch is made."""
+    """int32 ``[M, B / M]``: a random permutation of the B sample indices (``permutation``
+    on ``platform``) cut into M minibatches. An epoch scans over these rows and gathers
+    each minibatch from the batch itself (``take_rows``): no shuffled copy of the whole
+    batch is made."""
     size = batch_size // num_minibatches
-    return for_platform(platform).permutation(key, batch_size).reshape(num_minibatches, size)
+    return permutation(key, batch_size, platform).reshape(num_minibatches, size)
 
 
 def take_rows(data: Any, rows: jax.Array) -> Any:
