@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import distrax
 import jax
@@ -299,7 +299,7 @@ class ActorCritic:
             raise ValueError("agent_policy needs per-agent parameters (shared=False)")
         if self.shared_trunk:
             raise ValueError("agent_policy needs separate actor and critic networks (no shared trunk)")
-        apply: Callable = functools.partial(self.actor.module.apply, agent_actor_params)
+        apply = functools.partial(self.actor.module.apply, agent_actor_params)
         if not self.recurrent:
             return self.distribution(apply(obs), action_mask)
         time_major = lambda x: jnp.swapaxes(x, 0, 1)
