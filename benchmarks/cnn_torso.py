@@ -21,17 +21,18 @@ import sys
 import flax.linen as nn
 import jax
 
-import jaxpo.core.networks as networks
+import jaxpo.core.modules as modules
 from jaxpo import Config, runs, train
 from jaxpo.core import support
 
 
 class FlaxConv(nn.Module):
-    """``networks.Conv``'s interface on flax's ``nn.Conv`` (same padding, stride 1)."""
+    """``modules.Conv``'s interface on flax's ``nn.Conv`` (same padding, stride 1)."""
 
     features: int
     kernel: int
     kernel_init: object
+    platform: object = None  # the CPU and XLA kernels are jaxpo.core.kernels; this is flax's layer itself
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -39,7 +40,7 @@ class FlaxConv(nn.Module):
 
 
 def measure(kind: str, updates: int) -> dict:
-    networks.Conv = FlaxConv if kind == "flax" else OURS
+    modules.Conv = FlaxConv if kind == "flax" else OURS
     chunk = updates // 2
     config = Config(env="overcooked", env_kwargs=dict(layout="cramped_room", shaped_reward=1.0, max_steps=100),
                     num_envs=32, num_steps=100, updates_per_chunk=chunk, hidden=(64, 64), conv_features=(16, 16),
@@ -53,7 +54,7 @@ def measure(kind: str, updates: int) -> dict:
                 backend=jax.default_backend())
 
 
-OURS = networks.Conv
+OURS = modules.Conv
 
 
 def main(argv=None) -> int:

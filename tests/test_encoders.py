@@ -1,4 +1,4 @@
-"""The CNN torso for image observations (``Config.encoder``, ``MLP.encode``): its
+"""The CNN torso for image observations (``Config.encoder``, ``jaxpo.core.modules.Layout.encode``): its
 forward pass against NumPy convolutions (shared parameters with agent ids, per-agent,
 shared trunk), what makes it a CNN (each feature sees only its receptive field, and
 moving the picture moves the features; an MLP on the flattened image has neither),

@@ -1,4 +1,4 @@
-"""jaxpo.happo: the sequential HAPPO actor update against an explicit per-agent Python loop."""
+"""jaxpo.core.happo: the sequential HAPPO actor update against an explicit per-agent Python loop."""
 
 import distrax
 import jax
@@ -8,8 +8,10 @@ import optax
 import pytest
 
 from jaxpo.core import happo
-from jaxpo.core.networks import MASKED_LOGIT, MLP
-from jaxpo.core.rollout import Transition, permutation
+from jaxpo.core.kernels.cpu import permutation
+from jaxpo.core.modules import MLP, Head, Layout
+from jaxpo.core.networks import MASKED_LOGIT
+from jaxpo.core.rollout import Transition
 
 N, B, O, A = 3, 32, 4, 5
 EPOCHS, MBS = 2, 4
@@ -17,7 +19,7 @@ EPS, ENT = 0.2, 0.01
 ORDER = (2, 0, 1)
 # A large step size so that the later agents' factors move well away from 1.
 OPT = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(0.05, eps=1e-5))
-MODULE = MLP((8,), A)
+MODULE = MLP(Layout((8,), (Head(A),)))
 
 
 def actor_apply(params, obs, mask):
@@ -55,7 +57,8 @@ def run_trace(params, order, key):
     TRACED_ORDERS.append(order.shape)
     opt_state = happo.init_opt_state(OPT, params)
     return happo.sequential_actor_trace(
-        actor_apply, params, opt_state, OPT, BATCH, ADV, order, key, EPS, ENT, EPOCHS, MBS
+        actor_apply, params, opt_state, OPT, BATCH, ADV, order, key, clip_eps=EPS, ent_coef=ENT,
+            num_epochs=EPOCHS, num_minibatches=MBS,
     )
 
 
@@ -156,7 +159,7 @@ def test_clip_applies_to_own_ratio_only():
     adv = jnp.array([1.0, -2.0, 1.0, 1.0])
     factor = jnp.array([5.0, 0.1, 5.0, 3.0])  # a clipped product f·ρ would kill b0
     old = jnp.zeros(4)
-    loss_fn = jax.jit(lambda lp: happo.happo_policy_loss(lp, old, adv, factor, EPS)[0])
+    loss_fn = jax.jit(lambda lp: happo.happo_policy_loss(lp, old_log_prob=old, advantages=adv, factor=factor, clip_eps=EPS)[0])
     grad = jax.jit(jax.grad(loss_fn))(jnp.log(ratio))
     # d/dlogρ of −f·ρ·A/B is −f·ρ·A/B where the unclipped branch is active.
     active = np.array([1.0, 1.0, 0.0, 1.0])
@@ -176,7 +179,8 @@ def test_no_gradient_through_factor():
         log_ratio = lambda k: _log_prob(_agent(params, k), k, rows)[0] - BATCH.log_prob[:, k]
         factor = factor_fn(jnp.exp(sum(log_ratio(k) for k in earlier)))
         lp = _log_prob(_agent(params, m), m, rows)[0]
-        return happo.happo_policy_loss(lp, BATCH.log_prob[:, m], ADV[:, m], factor, EPS)[0]
+        return happo.happo_policy_loss(lp, old_log_prob=BATCH.log_prob[:, m], advantages=ADV[:, m], factor=factor,
+                                       clip_eps=EPS)[0]
 
     grads = jax.jit(jax.grad(loss_of_all), static_argnums=1)(params, lambda f: f)
     norm = lambda k: sum(float(jnp.sum(jnp.abs(g[k]))) for g in jax.tree.leaves(grads))
@@ -204,7 +208,8 @@ def test_metrics_and_vmap_over_runs():
     def update(params, order, key):
         opt_state = happo.init_opt_state(OPT, params)
         return happo.sequential_actor_update(
-            actor_apply, params, opt_state, OPT, BATCH, ADV, order, key, EPS, ENT, EPOCHS, MBS
+            actor_apply, params, opt_state, OPT, BATCH, ADV, order, key, clip_eps=EPS, ent_coef=ENT,
+            num_epochs=EPOCHS, num_minibatches=MBS,
         )
 
     orders = jnp.array([[2, 0, 1], [1, 2, 0]])
@@ -226,9 +231,11 @@ def test_rejects_bad_shapes():
     opt_state = happo.init_opt_state(OPT, PARAMS)
     with pytest.raises(ValueError, match="num_minibatches"):
         happo.sequential_actor_update(
-            actor_apply, PARAMS, opt_state, OPT, BATCH, ADV, jnp.array(ORDER), KEY, EPS, ENT, 1, 5
+            actor_apply, PARAMS, opt_state, OPT, BATCH, ADV, jnp.array(ORDER), KEY, clip_eps=EPS, ent_coef=ENT,
+            num_epochs=1, num_minibatches=5,
         )
     with pytest.raises(AssertionError):
         happo.sequential_actor_update(
-            actor_apply, PARAMS, opt_state, OPT, BATCH, ADV[:, :2], jnp.array(ORDER), KEY, EPS, ENT, 1, 4
+            actor_apply, PARAMS, opt_state, OPT, BATCH, ADV[:, :2], jnp.array(ORDER), KEY, clip_eps=EPS, ent_coef=ENT,
+            num_epochs=1, num_minibatches=4,
         )

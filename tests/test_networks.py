@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo.core import networks
+from jaxpo.core.kernels import cpu
 from jaxpo.core.networks import ActorCritic
 
 N, O, A, C = 3, 5, 4, 7
@@ -84,7 +84,7 @@ def test_bad_input_shapes():
 
 @pytest.mark.parametrize("shape", [(5, 8), (8, 5), (64, 64), (67, 1)])
 def test_orthogonal_init(shape):
-    from jaxpo.core.networks import orthogonal
+    from jaxpo.core.modules import orthogonal
 
     w = np.asarray(orthogonal(2.0)(jax.random.PRNGKey(0), shape), np.float64)
     small = min(shape)
@@ -114,8 +114,8 @@ def test_the_gru_scans_written_out_gradient_equals_autodiff_of_the_scan(batch):
             return jnp.sum(h_last * w_last) + jnp.sum(jnp.tanh(hs) * w_seq)
         return jax.value_and_grad(f, argnums=(0, 1, 2, 3))
 
-    autodiff = lambda *args: networks._gru_scan_fwd(*args)[0]
-    (value, grads), (ref_value, ref_grads) = (loss(s)(w_h, b_h, h0, x_proj) for s in (networks.gru_scan, autodiff))
+    autodiff = lambda *args: cpu._gru_scan_fwd(*args)[0]
+    (value, grads), (ref_value, ref_grads) = (loss(s)(w_h, b_h, h0, x_proj) for s in (cpu.gru_scan, autodiff))
     np.testing.assert_allclose(value, ref_value, rtol=1e-5)  # the same forward pass (fused differently)
     for name, g, ref in zip(("w_h", "b_h", "h0", "x_proj"), grads, ref_grads):
         np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-6, err_msg=name)

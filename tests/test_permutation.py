@@ -1,4 +1,4 @@
-"""``rollout.permutation``, the minibatch shuffle: ``jax.random.permutation``'s
+"""``jaxpo.core.kernels.cpu.permutation``, the minibatch shuffle on CPU: ``jax.random.permutation``'s
 construction (rounds of a stable sort by random keys) with each round's tie-break
 packed into the low bits of its keys, checked against numpy's stable argsort of the
 same random draws."""
@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo.core.rollout import minibatch_rows, permutation, permutation_rounds
+from jaxpo.core.kernels.cpu import permutation, permutation_rounds
+from jaxpo.core.rollout import minibatch_rows
 
 
 def reference(key: jax.Array, n: int) -> np.ndarray:

@@ -59,6 +59,7 @@ def init_opt_state(optimizer: optax.GradientTransformation, actor_params: Any) -
 
 def happo_policy_loss(
     log_prob: chex.Array,
+    *,
     old_log_prob: chex.Array,
     advantages: chex.Array,
     factor: chex.Array,
@@ -83,6 +84,9 @@ def happo_policy_loss(
     Returns:
       ``(loss, metrics)``; metrics ``"clip_frac"`` (fraction with ``|ρ − 1| > ε``) and
       ``"approx_kl"`` (mean of ``(ρ − 1) − log ρ``).
+
+    Raises:
+      AssertionError: if the four arrays differ in shape.
     """
     chex.assert_equal_shape([log_prob, old_log_prob, advantages, factor])
     old_log_prob, advantages, factor = jax.lax.stop_gradient((old_log_prob, advantages, factor))
@@ -107,12 +111,14 @@ def sequential_actor_trace(
     advantages: chex.Array,
     order: chex.Array,
     key: chex.PRNGKey,
+    *,
     clip_eps: chex.Numeric,
     ent_coef: chex.Numeric,
     num_epochs: int,
     num_minibatches: int,
     extra_inputs: tuple = (),
     axis_name: str | None = None,
+    platform: str | None = None,
 ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """The sequential HAPPO actor update, with per-position diagnostics.
 
@@ -126,7 +132,7 @@ def sequential_actor_trace(
       batch: any object with attributes ``obs [B, N, O]``, ``action_mask bool
         [B, N, A]``, ``action int [B, N]`` (continuous: float ``[B, N, A]``),
         ``log_prob [B, N]`` (behaviour policy),
-        e.g. a ``rollout.Transition`` flattened to ``[B, ...]``. Other fields are ignored.
+        e.g. a ``jaxpo.core.rollout.Transition`` flattened to ``[B, ...]``. Other fields are ignored.
       advantages: ``[B, N]`` (``[B, N, L]``) column m is agent m's advantage (for
         HAPPO every column is the normalised team advantage; distinct columns are
         allowed). ``obs``, ``action_mask``, ``action`` and ``log_prob`` may carry the
@@ -145,6 +151,8 @@ def sequential_actor_trace(
       axis_name: when the batch is split over the devices of this mapped axis (data
         parallel), the loss is averaged over them before differentiating, so every
         device takes the same step (``key`` should differ per device: its own shuffles).
+      platform: whose kernels shuffle the minibatches (``jaxpo.core.kernels.for_platform``;
+        None: ``jax.default_backend()``).
 
     Returns:
       ``(actor_params, opt_state, trace)``. Agents not in ``order`` are returned
@@ -179,7 +187,8 @@ def sequential_actor_trace(
     def loss_fn(params_m, minibatch):
         obs_m, mask_m, action_m, old_lp, adv, extra, factor = minibatch
         dist = actor_apply(params_m, obs_m, mask_m, *extra)
-        pi_loss, metrics = happo_policy_loss(dist.log_prob(action_m), old_lp, adv, factor, clip_eps)
+        pi_loss, metrics = happo_policy_loss(dist.log_prob(action_m), old_log_prob=old_lp, advantages=adv,
+                                             factor=factor, clip_eps=clip_eps)
         entropy = jnp.mean(dist.entropy())
         return pi_loss - ent_coef * entropy, {"policy_loss": pi_loss, "entropy": entropy, **metrics}
 
@@ -199,7 +208,7 @@ def sequential_actor_trace(
         agent_data = (*take(data, m), factor)
 
         (params_m, opt_m), metrics = epochs(minibatch_step, (params_m, opt_m), agent_data, agent_keys[m], num_epochs,
-                                            num_minibatches)
+                                            num_minibatches, platform)
 
         # Unclipped new/old ratio of the updated agent on the whole batch.
         obs_m, mask_m, action_m, old_lp, _, extra = agent_data[:6]
@@ -225,12 +234,14 @@ def sequential_actor_update(
     advantages: chex.Array,
     order: chex.Array,
     key: chex.PRNGKey,
+    *,
     clip_eps: chex.Numeric,
     ent_coef: chex.Numeric,
     num_epochs: int,
     num_minibatches: int,
     extra_inputs: tuple = (),
     axis_name: str | None = None,
+    platform: str | None = None,
 ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """The sequential HAPPO actor update with scalar metrics (arguments: ``sequential_actor_trace``).
 
@@ -244,8 +255,9 @@ def sequential_actor_update(
       with; ``"joint_ratio_dev"`` — mean ``|M_K − 1|``, how far the joint policy moved.
     """
     actor_params, opt_state, trace = sequential_actor_trace(
-        actor_apply, actor_params, opt_state, optimizer, batch, advantages, order, key,
-        clip_eps, ent_coef, num_epochs, num_minibatches, extra_inputs, axis_name,
+        actor_apply, actor_params, opt_state, optimizer, batch, advantages, order, key, clip_eps=clip_eps,
+        ent_coef=ent_coef, num_epochs=num_epochs, num_minibatches=num_minibatches, extra_inputs=extra_inputs,
+        axis_name=axis_name, platform=platform,
     )
     factor = trace["factor"].reshape(order.shape[0], -1)  # [K, B] (× L)
     extreme = lambda reduce, x: x if axis_name is None else reduce(x, axis_name)

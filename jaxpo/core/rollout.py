@@ -7,7 +7,6 @@ giving ``[T, E, N, ...]``.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Literal, get_args
 
 import jax
@@ -15,8 +14,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxpo.envs import AutoReset, TimeStep
-from jaxpo.core.networks import ActorCritic
 from jaxpo.core.axes import varying
+from jaxpo.core.kernels import for_platform
+from jaxpo.core.networks import ActorCritic
 
 CriticInput = Literal["local", "global", "agent"]
 CRITIC_INPUTS: tuple[str, ...] = get_args(CriticInput)
@@ -116,44 +116,20 @@ class Transition:
         return self.obs if self.critic_obs is None else self.critic_obs
 
 
-def permutation_rounds(n: int) -> tuple[int, int]:
-    """``(index_bits, rounds)`` of ``permutation(key, n)``: its keys' low ``index_bits``
-    hold a position, the other ``32 - index_bits`` are random, and ``rounds`` is the
-    fewest with ``(2 ** (32 - index_bits)) ** rounds >= n ** 3`` (``jax.random.permutation``'s
-    margin against key collisions, which it keeps with 32 random bits a round)."""
-    index_bits = max(1, (n - 1).bit_length())
-    return index_bits, math.ceil(3 * math.log2(max(n, 2)) / (32 - index_bits))
+def permutation(key: jax.Array, n: int, platform: str | None = None) -> jax.Array:
+    """int32 ``[n]``: a random permutation of ``range(n)``, the epoch shuffle, by the
+    kernels of ``platform`` (``jaxpo.core.kernels``: on CPU ``kernels.cpu.permutation``,
+    elsewhere ``jax.random.permutation``; None: ``jax.default_backend()``)."""
+    return for_platform(platform).permutation(key, n)
 
 
-def permutation(key: jax.Array, n: int) -> jax.Array:
-    """int32 ``[n]``: a random permutation of ``range(n)``, built as
-    ``jax.random.permutation`` builds it — rounds of a stable sort by random keys, as
-    many as make key collisions in every round improbable — with each round's stable
-    tie-break (the position) packed into the low bits of its 32-bit keys
-    (``permutation_rounds``). XLA:CPU sorts a single uint32 operand with ``std::less``
-    instead of calling the compiled comparator: 17 ms for n = 131,072 (4 rounds) against
-    55 ms for jax's 2 rounds of key-value sorts (2026-12-05). ``n`` over 2**24 leaves
-    fewer than 8 random bits a round: then it is ``jax.random.permutation``."""
-    index_bits, rounds = permutation_rounds(n)
-    if index_bits > 24:
-        return jax.random.permutation(key, n).astype(jnp.int32)
-    position = jnp.arange(n, dtype=jnp.uint32)
-    perm = position
-    for round_key in jax.random.split(key, rounds):
-        # 16 random bits or fewer a round: 16-bit draws, half the random numbers to generate
-        draw = jax.random.bits(round_key, (n,), jnp.uint16 if index_bits >= 16 else jnp.uint32)
-        keys = (draw.astype(jnp.uint32) << index_bits) | position  # the shift drops the draw's excess bits
-        perm = perm[jnp.sort(keys) & ((1 << index_bits) - 1)]
-    return perm.astype(jnp.int32)
-
-
-def minibatch_rows(key: jax.Array, batch_size: int, num_minibatches: int) -> jax.Array:
-    """int32 ``[M, B / M]``: a random permutation of the B sample indices
-    (``permutation``) cut into M minibatches. An epoch scans over these rows and gathers
+def minibatch_rows(key: jax.Array, batch_size: int, num_minibatches: int, platform: str | None = None) -> jax.Array:
+    """int32 ``[M, B / M]``: a random permutation of the B sample indices (``permutation``
+    on ``platform``) cut into M minibatches. An epoch scans over these rows and gathers
     each minibatch from the batch itself (``take_rows``): no shuffled copy of the whole
     batch is made."""
     size = batch_size // num_minibatches
-    return permutation(key, batch_size).reshape(num_minibatches, size)
+    return permutation(key, batch_size, platform).reshape(num_minibatches, size)
 
 
 def take_rows(data: Any, rows: jax.Array) -> Any:
@@ -163,16 +139,16 @@ def take_rows(data: Any, rows: jax.Array) -> Any:
 
 
 def epochs(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, data: Any, key: jax.Array, num_epochs: int,
-           num_minibatches: int) -> tuple[Any, Any]:
+           num_minibatches: int, platform: str | None = None) -> tuple[Any, Any]:
     """``num_epochs`` × ``num_minibatches`` calls ``carry, metrics = step(carry, minibatch)``
     on minibatches of ``data`` (leaves ``[B, ...]``), reshuffled every epoch: epoch e
-    permutes with ``split(key, num_epochs)[e]`` (``minibatch_rows``). The one epoch loop
-    of both update schemes. Returns ``(carry, metrics)``, metrics leaves
+    permutes with ``split(key, num_epochs)[e]`` (``minibatch_rows`` on ``platform``). The
+    one epoch loop of both update schemes. Returns ``(carry, metrics)``, metrics leaves
     ``[num_epochs, num_minibatches, ...]``."""
     batch_size = jax.tree.leaves(data)[0].shape[0]
 
     def epoch(carry, epoch_key):
-        rows = minibatch_rows(epoch_key, batch_size, num_minibatches)
+        rows = minibatch_rows(epoch_key, batch_size, num_minibatches, platform)
         return jax.lax.scan(lambda c, r: step(c, take_rows(data, r)), carry, rows)
 
     return jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
@@ -203,9 +179,8 @@ def acted_on(timestep: TimeStep, critic_input: str) -> TimeStep:
     carries: without the pre-reset ``final_obs``/``final_global_state`` (read in the
     step that made them), and without ``global_state`` when the critic reads local
     observations. A carried field is part of the training state a chunk returns, so XLA
-    must compute it even when nothing reads it: JaxNav's world state repeats its lidar,
-    twice a step with the auto-reset's (its rollout phase at the CI test's size: 1.44 s
-    per update carrying them, 1.21-1.26 s without)."""
+    must compute it even when nothing reads it (JaxNav's world state repeats its lidar,
+    twice a step with the auto-reset's; ``docs/speed.md``)."""
     return timestep.replace(global_state=None if critic_input == "local" else timestep.global_state,
                             final_obs=None, final_global_state=None)
 

@@ -33,7 +33,7 @@ from jaxpo.program.learner import Learner, TrainState
 from jaxpo.program.parallel import ENV_AXIS, make_mesh
 
 # XLA options of the init program: init runs once per run, so it is compiled without
-# backend optimisation (about 2 s less to compile on CPU; its values agree with an
+# backend optimisation (faster to compile, docs/speed.md; its values agree with an
 # optimised build to float32 rounding).
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
@@ -44,24 +44,19 @@ CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1, "xla_cpu_experiment
 
 def compiler_options(platform: str) -> dict[str, Any] | None:
     """XLA options of jaxpo's top-level programs on ``platform``: the chunk, the PBT step,
-    evaluation (``episode_player``) and rendering. jax refuses options on a nested jit, so
-    ``play_episodes``, which others call inside theirs, has none of its own.
+    evaluation (``jaxpo.run.evaluate.episode_player``) and rendering. jax refuses options
+    on a nested jit, so ``play_episodes``, which others call inside theirs, has none of its own.
 
-    On CPU (``CPU_COMPILER_OPTIONS``):
+    On CPU (``CPU_COMPILER_OPTIONS``; the measurements are in ``docs/speed.md`` and
+    ``benchmarks/results/throughput/``):
 
     * LLVM runs at -O1 instead of XLA's default -O3, which fully unrolls and vectorises
-      every small elementwise loop: a threefry round over a [runs, envs, agents, actions]
-      tensor became ~9,000 lines of IR and 0.4–0.9 s of LLVM time, and random numbers
-      were over half of an MPE chunk's LLVM time. At -O1 the chunk compiles 1.15–1.4×
-      faster at the same env-steps/s (``benchmarks/results/throughput/
-      compile_options_cpu.jsonl``); values agree with -O3 to float32 rounding.
+      every small elementwise loop (a threefry round over a [runs, envs, agents, actions]
+      tensor, say) at a large cost in compile time and none in speed; values agree with
+      -O3 to float32 rounding.
     * No YNNPACK fusions: XLA's own loops compute every reduction and Eigen every
       matrix product. By default XLA hands small reductions (an environment's sums over
-      units) and dots to YNNPACK, whose per-call overhead dwarfs their work: in the SMAX
-      2s3z reference chunk one ``[128, 10, 10, 2]`` multiply-and-sum took ~0.5 ms per
-      call, 8 times per env step, and the rollout took 0.96–1.14 s per update instead of
-      0.50–0.51 s (chunk 4,329–4,349 → 5,134–5,247 env-steps/s; MPE at parity,
-      ``benchmarks/results/throughput/ynn_cpu.jsonl``).
+      units) and dots to YNNPACK, whose per-call overhead dwarfs their work.
 
     An option this jaxlib's XLA does not know (the YNNPACK one is experimental) or that
     ``XLA_FLAGS`` sets is left out: XLA's default, or the user's choice, then holds.
@@ -79,7 +74,7 @@ def compiler_options(platform: str) -> dict[str, Any] | None:
 @functools.cache
 def _cpu_compiler_options() -> dict[str, Any]:
     """``CPU_COMPILER_OPTIONS`` less those ``XLA_FLAGS`` names or XLA refuses (tried on a
-    one-element program, ~30 ms each, once per process)."""
+    one-element program, once per process)."""
     flags = os.environ.get("XLA_FLAGS", "")
     probe = jax.ShapeDtypeStruct((), np.float32, sharding=SingleDeviceSharding(jax.local_devices(backend="cpu")[0]))
     options = {}
@@ -94,19 +89,25 @@ def _cpu_compiler_options() -> dict[str, Any]:
     return options
 
 
-# What a Trainer answers for its learner (``tr.step`` is ``tr.learner.step``).
-LEARNER_API = ("config", "axis", "env", "net", "critic_dim", "num_agents", "init", "step", "chunk", "collect",
-               "update", "training_data", "advantages", "policy", "log_probs", "flat_time_major", "step_keys")
+def _learner_attribute(name: str) -> property:
+    """A read-only property answering the ``Learner``'s ``name``."""
+    def get(self: "Trainer") -> Any:
+        return getattr(self.learner, name)
+
+    get.__doc__ = f"The learner's ``{name}``: ``Trainer.learner.{name}`` (``jaxpo.program.learner.Learner``)."
+    return property(get)
 
 
 class Trainer:
     """The compiled training program for one static ``Config`` on ``devices``.
 
     Get one with ``jaxpo.trainer(config)``, which caches it: every run of a config shares
-    its compiled programs. The learner's names (``LEARNER_API``: ``config``, ``env``,
-    ``net``, ``num_agents``, ``init``, ``step``, ``chunk``, ...) are the Trainer's too
-    (``tr.step`` is ``tr.learner.step``). R, the number of runs of a call, is a multiple
-    of ``run_multiple``; K is ``config.updates_per_chunk``.
+    its compiled programs. The learner's data (``config``, ``axis``, ``env``, ``net``,
+    ``num_agents``) and its one-run functions (``init``, ``step``, ``chunk``, ``collect``,
+    ``update``, ``training_data``, ``advantages``, ``log_probs``, ``flat_time_major``) are
+    the Trainer's properties too (``tr.step`` is ``tr.learner.step``); the rest of the
+    ``Learner`` is ``tr.learner``. R, the number of runs of a call, is a multiple of
+    ``run_multiple``; K is ``config.updates_per_chunk``.
 
     Args:
         config: the static configuration the program is built for.
@@ -137,11 +138,12 @@ class Trainer:
         self.num_devices = self.mesh.size
         if config.parallel == "envs":
             _check_env_split(config, self.num_devices)
-        self.learner = Learner(config, ENV_AXIS if config.parallel == "envs" else None)
+        platform = self.mesh.devices.flat[0].platform  # whose kernels and XLA options the programs use
+        self.learner = Learner(config, ENV_AXIS if config.parallel == "envs" else None, platform)
         # Counts of programs built (a trace happens exactly once per compiled signature).
         self.compiles = {"init": 0, "chunk": 0}
         self.state_sharding, self.run_sharding, self._chunk_program = self._layout()
-        self.compiler_options = compiler_options(self.mesh.devices.flat[0].platform)
+        self.compiler_options = compiler_options(platform)
         self.init_runs = jax.jit(self._counted("init", jax.vmap(self.learner.init)),
                                  in_shardings=self.run_sharding, out_shardings=self.state_sharding,
                                  compiler_options=INIT_COMPILER_OPTIONS)
@@ -150,10 +152,21 @@ class Trainer:
                                   out_shardings=(self.state_sharding, self.run_sharding),
                                   compiler_options=self.compiler_options)
 
-    def __getattr__(self, name: str) -> Any:
-        if name in LEARNER_API:
-            return getattr(self.learner, name)
-        raise AttributeError(f"'Trainer' object has no attribute {name!r}")
+    # The learner's names, answered for it.
+    config = _learner_attribute("config")
+    axis = _learner_attribute("axis")
+    env = _learner_attribute("env")
+    net = _learner_attribute("net")
+    num_agents = _learner_attribute("num_agents")
+    init = _learner_attribute("init")
+    step = _learner_attribute("step")
+    chunk = _learner_attribute("chunk")
+    collect = _learner_attribute("collect")
+    update = _learner_attribute("update")
+    training_data = _learner_attribute("training_data")
+    advantages = _learner_attribute("advantages")
+    log_probs = _learner_attribute("log_probs")
+    flat_time_major = _learner_attribute("flat_time_major")
 
     @property
     def run_multiple(self) -> int:

@@ -40,7 +40,7 @@ class TrainState:
             stacked on an agent axis N when ``Config.share_params`` is false).
         opt_state: the optimiser's state (gradient-norm clip, then Adam) for ``params``; with
             ``Config.scheme`` "sequential", ``{"actor", "critic"}`` with one Adam state per agent actor.
-        rollout: what carries over between rollouts (``jaxpo.rollout.RolloutState``): the E
+        rollout: what carries over between rollouts (``jaxpo.core.rollout.RolloutState``): the E
             environments' states, last timestep (``obs [E, N, O]``), hidden states ``[E, N, H]``.
         value_norm: the value normaliser's running statistics ``[N]`` (one per agent critic);
             None without ``Config.value_norm``.
@@ -82,12 +82,22 @@ class Learner:
 
     A step's parts, for diagnostics and experiments on one batch: ``collect`` (its
     rollout and training data), ``update`` (its epochs on given data), and the replay
-    ``policy`` / ``log_probs`` of stored samples. ``axis``: the device axis a
-    data-parallel program maps it over (None: one device per run).
+    ``policy`` / ``log_probs`` of stored samples.
+
+    Args:
+        config: the static configuration.
+        axis: the device axis a data-parallel program maps it over (None: one device per run).
+        platform: the platform its programs run on, whose kernels the networks and the
+            minibatch shuffle use (``jaxpo.core.kernels.for_platform``; None:
+            ``jax.default_backend()``).
+
+    Raises:
+        ValueError: what ``Config.make_env``, ``Config.cnn_layers`` and
+            ``jaxpo.core.networks.ActorCritic.create`` raise.
     """
 
-    def __init__(self, config: Config, axis: str | None = None):
-        self.config, self.axis = config, axis
+    def __init__(self, config: Config, axis: str | None = None, platform: str | None = None):
+        self.config, self.axis, self.platform = config, axis, platform
         self.env = envs.AutoReset(config.make_env())
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
         conv = config.cnn_layers(self.env)
@@ -106,6 +116,7 @@ class Learner:
             conv=conv,
             image_shape=self.env.obs_shape if conv else (),
             critic_conv=config.critic_input == "local",
+            platform=platform,
         )
 
     @property
@@ -236,7 +247,8 @@ class Learner:
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state, norm), metrics
 
-        return epochs(minibatch_update, (params, opt_state, value_norm), data, key, cfg.num_epochs, cfg.num_minibatches)
+        return epochs(minibatch_update, (params, opt_state, value_norm), data, key, cfg.num_epochs, cfg.num_minibatches,
+                      self.platform)
 
     def advantages(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[jax.Array, jax.Array]:
         """``(advantages, value targets)``, each ``[T, E, N]``, for a rollout ``traj``.
@@ -268,8 +280,8 @@ class Learner:
         of L consecutive steps (L = 1 feed-forward), all N agents of a step together in
         one sample. ``sequences`` keeps only the transition fields the loss reads, and of
         the hidden states only each sequence's first (``carry [S, 1, N, H]``, what a
-        sequence is replayed from; gathering all L of them made the SMAX reference's
-        update 3.09 s instead of 2.91 s); advantages are aggregated and normalised."""
+        sequence is replayed from: gathering all L of them costs update time,
+        ``docs/speed.md``); advantages are aggregated and normalised."""
         advantages, targets = self.advantages(state, traj, hyper)
         loss_inputs = traj.replace(
             reward=None, terminated=None, truncated=None, final_value=None,
@@ -297,8 +309,9 @@ class Learner:
         batch, actor_advantages, extra = self._happo_inputs(data[0], data[1])
         actor, actor_opt, actor_metrics = happo.sequential_actor_update(
             self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
-            batch, actor_advantages, order, self._own(key_actor), hyper.clip_eps, hyper.ent_coef,
-            cfg.num_epochs, cfg.num_minibatches, extra_inputs=extra, axis_name=self.axis,
+            batch, actor_advantages, order, self._own(key_actor), clip_eps=hyper.clip_eps, ent_coef=hyper.ent_coef,
+            num_epochs=cfg.num_epochs, num_minibatches=cfg.num_minibatches, extra_inputs=extra, axis_name=self.axis,
+            platform=self.platform,
         )
         (critic, critic_opt, norm), critic_metrics = self._epochs(
             self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from jaxpo.core.checks import FieldError, Setting
 from jaxpo.run import checkpoint
@@ -183,6 +184,69 @@ def load_policy(run_dir: str, run: int = 0, greedy: bool = True) -> Policy:
                                                        f"(run ids {known[0]}..{known[-1]})")
 
 
+@struct.dataclass
+class EpisodeLoop:
+    """The state of ``episode_loop``: environments ``[*B]`` acted on by one policy.
+
+    Attributes:
+        env_state: the environments' states.
+        timestep: their last ``TimeStep`` (``obs [*B, N, O]``), acted on next.
+        carry: the actor's hidden state ``[*B, N, H]``.
+        first: bool ``[*B]``, ``timestep`` starts an episode.
+        running: bool ``[*B]``, the first episode has not ended yet.
+        returns: float32 ``[*B]``, the first episode's team-mean return so far.
+        won: bool ``[*B]``, it ended in a win (false for environments without a win condition).
+        lengths: int32 ``[*B]``, its steps so far.
+    """
+
+    env_state: Any
+    timestep: Any
+    carry: jax.Array
+    first: jax.Array
+    running: jax.Array
+    returns: jax.Array
+    won: jax.Array
+    lengths: jax.Array
+
+
+def episode_loop(policy: Policy, reset: Callable, step: Callable, key: jax.Array, num_steps: int,
+                 batch_shape: tuple[int, ...], record: Callable[[EpisodeLoop], Any] = lambda loop: None):
+    """``num_steps`` steps of ``policy`` from a reset, scoring each environment's first
+    episode: the one loop evaluation and rendering share.
+
+    Args:
+        policy: the acting policy.
+        reset: ``reset(key) -> (env_state, timestep)`` of the ``batch_shape`` environments.
+        step: ``step(key, env_state, actions) -> (env_state, timestep)`` of them all.
+        key: the PRNG key: split into the reset's and one per step (each split into the
+            action's and the environments').
+        num_steps: the steps (``env.max_steps`` covers the longest episode).
+        batch_shape: the environments' batch shape ``[*B]``.
+        record: what to keep of each step, from the loop state it starts in.
+
+    Returns:
+        ``(the final EpisodeLoop, record's outputs stacked [num_steps, ...])``.
+    """
+    key_reset, key = jax.random.split(key)
+    env_state, timestep = reset(key_reset)
+    start = EpisodeLoop(env_state, timestep, policy.initial_carry(batch_shape), jnp.ones(batch_shape, bool),
+                        jnp.ones(batch_shape, bool), jnp.zeros(batch_shape), jnp.zeros(batch_shape, bool),
+                        jnp.zeros(batch_shape, jnp.int32))
+
+    def one_step(loop: EpisodeLoop, key: jax.Array):
+        key_act, key_env = jax.random.split(key)
+        ts = loop.timestep
+        actions, carry = policy.step(key_act, ts.obs, ts.action_mask, loop.carry, loop.first)
+        env_state, ts = step(key_env, loop.env_state, actions)
+        won = loop.won if ts.won is None else loop.won | (loop.running & ts.done & ts.won)
+        after = EpisodeLoop(env_state, ts, carry, ts.done, loop.running & ~ts.done,
+                            loop.returns + jnp.where(loop.running, ts.reward.mean(-1), 0.0), won,
+                            loop.lengths + loop.running)
+        return after, record(loop)
+
+    return jax.lax.scan(one_step, start, jax.random.split(key, num_steps))
+
+
 @functools.partial(jax.jit, static_argnames=("config", "env", "episodes", "greedy"))
 def play_episodes(config: Config, env: Any, params: Any, keys: jax.Array, episodes: int, greedy: bool):
     """One episode in each of ``episodes`` copies of ``env`` (an ``AutoReset`` env), for
@@ -191,30 +255,13 @@ def play_episodes(config: Config, env: Any, params: Any, keys: jax.Array, episod
     mean), won bool [R, episodes] or None, lengths int32 [R, episodes])``. XLA's default
     options (it is also called inside other jitted programs, which jax allows only
     without compiler options); ``episode_player`` is the program alone, with jaxpo's."""
+    def batched(fn: Callable) -> Callable:  # fn on every copy, each with its own key
+        return lambda key, *args: jax.vmap(fn)(jax.random.split(key, episodes), *args)
+
     def one_run(params, key):
         policy = Policy(config, params, {}, 0, greedy)
-        key_reset, key = jax.random.split(key)
-        env_state, ts = jax.vmap(env.reset)(jax.random.split(key_reset, episodes))
-        carry = policy.initial_carry((episodes,))
-        first = jnp.ones((episodes,), bool)
-        running = jnp.ones((episodes,), bool)
-
-        def step(carry_, key):
-            env_state, ts, carry, first, running, total, won, length = carry_
-            key_act, key_env = jax.random.split(key)
-            actions, carry = policy.step(key_act, ts.obs, ts.action_mask, carry, first)
-            env_state, ts = jax.vmap(env.step)(jax.random.split(key_env, episodes), env_state, actions)
-            total = total + jnp.where(running, ts.reward.mean(-1), 0.0)
-            length = length + running
-            if ts.won is not None:
-                won = won | (running & ts.done & ts.won)
-            return (env_state, ts, carry, ts.done, running & ~ts.done, total, won, length), None
-
-        zeros = jnp.zeros((episodes,))
-        init = (env_state, ts, carry, first, running, zeros, jnp.zeros((episodes,), bool),
-                jnp.zeros((episodes,), jnp.int32))
-        final, _ = jax.lax.scan(step, init, jax.random.split(key, env.max_steps))
-        return final[5], final[6], final[7]
+        final, _ = episode_loop(policy, batched(env.reset), batched(env.step), key, env.max_steps, (episodes,))
+        return final.returns, final.won, final.lengths
 
     returns, won, lengths = jax.vmap(one_run)(params, keys)
     has_win = jax.eval_shape(env.reset, keys[0])[1].won is not None
@@ -270,8 +317,8 @@ def _compatible(config: Config, env: Env | None) -> AutoReset:
 @functools.cache
 def episode_player(config: Config, env: Any, episodes: int, greedy: bool) -> Callable:
     """``play_episodes`` of ``(config, env, episodes, greedy)`` as a program of its own,
-    compiled with jaxpo's options (``compiler_options``; on CPU SMAX's environment steps
-    about twice as fast as with XLA's defaults): ``(params [R, ...], keys [R, 2]) ->
+    compiled with jaxpo's options for the default device's platform
+    (``jaxpo.program.compiled.compiler_options``): ``(params [R, ...], keys [R, 2]) ->
     (returns, won, lengths)``, each ``[R, episodes]``."""
     return jax.jit(lambda params, keys: play_episodes(config, env, params, keys, episodes, greedy),
                    compiler_options=compiler_options(jax.default_backend()))
@@ -308,25 +355,16 @@ def summarize(returns: np.ndarray, won: np.ndarray | None, rate: float) -> list[
 
 def episode_frames(policy: Policy, seed: int = 0) -> list[np.ndarray]:
     """One episode of ``policy`` drawn with its environment's ``render``: one RGB frame
-    per step (the state each action was taken in), ``[T] × uint8 [H, W, 3]``."""
+    per step (the state each action was taken in), ``[T] × uint8 [H, W, 3]``; the
+    steps are ``episode_loop``'s on the raw environment."""
     env = learner(policy.config).env.env  # the raw env: its state stays that of the episode that ends
     if not callable(getattr(env, "render", None)):
         raise ValueError(f"environment {policy.config.env!r} cannot render (it has no render method)")
 
     @functools.partial(jax.jit, compiler_options=compiler_options(jax.default_backend()))
-    def play(key):
-        key_reset, key = jax.random.split(key)
-        state, ts = env.reset(key_reset)
-
-        def step(c, key):
-            state, ts, carry, first, running = c
-            key_act, key_env = jax.random.split(key)
-            actions, carry = policy.step(key_act, ts.obs, ts.action_mask, carry, first)
-            next_state, next_ts = env.step(key_env, state, actions)
-            return (next_state, next_ts, carry, jnp.zeros((), bool), running & ~next_ts.done), (state, running)
-
-        init = (state, ts, policy.initial_carry(), jnp.ones((), bool), jnp.ones((), bool))
-        return jax.lax.scan(step, init, jax.random.split(key, env.max_steps))[1]
+    def play(key):  # each step's state (the one its action was taken in) and whether the episode runs
+        record = lambda loop: (loop.env_state, loop.running)
+        return episode_loop(policy, env.reset, env.step, key, env.max_steps, (), record)[1]
 
     states, running = jax.device_get(play(jax.random.PRNGKey(seed)))
     steps = int(np.asarray(running).sum())

@@ -1,0 +1,63 @@
+"""Platform kernels: the few operations the model and the update spend their time in,
+in the form each platform runs best, chosen by platform name.
+
+``for_platform("cpu")`` is ``CPU`` (``jaxpo.core.kernels.cpu``: forms written for
+XLA:CPU); every other platform gets ``XLA`` (``jaxpo.core.kernels.xla``: XLA's own
+ops). Both compute the same values to float rounding and read the same parameters, so
+a checkpoint trained on one platform runs on another. A kernel set:
+
+* ``dense(x [..., D], kernel [D, F]) -> [..., F]``
+* ``conv(x [..., H, W, C], kernel [k, k, C, F]) -> [..., H, W, F]`` (stride 1, same padding)
+* ``gru_scan(w_h [H, 3H], b_h [3H], h0 [..., H], x_proj [L, ..., 3H], first [L, *P])
+  -> (h_L, hs [L, ..., H])``
+* ``dense_pair(x, (k1, b1), (k2, b2), activation) -> (y1, y2)``: two layers on one input
+* ``permutation(key, n) -> int32 [n]``: the epoch shuffle
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+
+from jaxpo.core.kernels import cpu, xla
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """One platform's kernel set (the signatures are in the module docstring).
+
+    Attributes:
+        name: ``"cpu"`` or ``"xla"``.
+        dense: a dense layer's product.
+        conv: a convolution layer's product.
+        gru_scan: the GRU recurrence over a sequence, differentiable.
+        dense_pair: two activated dense layers reading one input.
+        permutation: a random permutation of ``range(n)``.
+    """
+
+    name: str
+    dense: Callable
+    conv: Callable
+    gru_scan: Callable
+    dense_pair: Callable
+    permutation: Callable
+
+
+CPU = Kernels("cpu", cpu.matmul, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
+XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation)
+
+
+def for_platform(platform: str | None = None) -> Kernels:
+    """The kernel set of ``platform``.
+
+    Args:
+        platform: a device's ``platform`` (``"cpu"``, ``"gpu"``, ``"tpu"``), or a kernel
+            set's name (``"xla"`` gives XLA's own ops on any platform); None:
+            ``jax.default_backend()``.
+
+    Returns:
+        ``CPU`` for ``"cpu"``, else ``XLA``.
+    """
+    return CPU if (platform or jax.default_backend()) == "cpu" else XLA
