@@ -168,7 +168,7 @@ def settings(experiment: Experiment) -> list[Setting]:
             point = experiment.replace(**by_section)
             if "kappa" in values and point.support.preset != "khop":
                 raise ValueError(f"the kappa axis needs support.preset khop, got {point.support.preset!r}")
-            config, num_updates = point.schedule()
+            config, num_updates = point.chunking()
             env = config.make_env()
             support = point.support.build(env)
             hyper = Hyper.create(support, **point.hyper.scalars())
