@@ -51,9 +51,13 @@ def test_python_and_the_cli_write_the_same_files_and_checkpoints(both):
     for name in FILES:
         with open(os.path.join(cli_dir, name), "rb") as a, open(os.path.join(py_dir, name), "rb") as b:
             assert a.read() == b.read(), name
-    assert sorted(os.listdir(cli_dir)) == sorted(os.listdir(py_dir))
+    # jaxpo.train also keeps the rows it was given: its run table, hyper.npz
+    assert sorted(os.listdir(cli_dir)) == sorted(set(os.listdir(py_dir)) - {"hyper.npz"})
+    saved = np.load(os.path.join(py_dir, "hyper.npz"))
+    assert saved["labels"].tolist() == result.labels and saved["seeds"].tolist() == [0, 1]
+    np.testing.assert_array_equal(saved["lr"], np.asarray(result.hyper.lr))
     assert metas(cli_dir) == metas(py_dir)  # the same metadata: experiment, runs, traced digests
-    assert metas(py_dir)[-1]["described"] is True
+    assert "hyper" in metas(py_dir)[-1]["sections"]  # every section describes the runs
 
 
 def test_either_door_resumes_the_others_directory(both, tmp_path):
@@ -123,7 +127,7 @@ def test_rows_no_experiment_describes_are_kept_in_hyper_npz(tmp_path):
     assert "\nhyper:" not in text and "\nsupport:" not in text and "hyper.npz" in text
     loaded = jaxpo.load_yaml(str(run_dir / "config.yaml"))  # the sections it holds load back
     assert loaded.config == config and loaded.run.seeds == 4
-    assert metas(str(run_dir))[-1]["described"] is False
+    assert metas(str(run_dir))[-1]["sections"] == ["config", "run"]
     with pytest.raises(ValueError, match="resume them by calling jaxpo.train with the same arguments"):
         jaxpo.resume(str(run_dir))
 

@@ -42,9 +42,9 @@ from jax.experimental import multihost_utils
 
 from jaxpo._version import __version__
 from jaxpo.program.config import Config, config_from_dict, config_to_dict
+from jaxpo.program.fields import plain
 from jaxpo.program.compiled import trainer
-from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed, chunk_updates
-from jaxpo.run.loggers import MetricsCSV
+from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed
 
 FORMAT = 3  # 3: the rollout carries only the TimeStep fields it acts on (rollout.acted_on)
 DIRECTORY = "checkpoints"
@@ -177,7 +177,7 @@ class Checkpointer(Hook):
         ocp = _ocp()
         self.manager.save(step, args=ocp.args.Composite(
             **{name: ocp.args.StandardSave(item) for name, item in items.items()},
-            meta=ocp.args.JsonSave(_plain(meta))), force=True)
+            meta=ocp.args.JsonSave(plain(meta))), force=True)
         self.last_step = step
 
     def pin_latest(self) -> None:
@@ -202,19 +202,6 @@ def check_shared(directory: str) -> None:
         blind = ", ".join(str(i) for i in np.flatnonzero(~seen))
         raise ValueError(f"run directory {directory!r} is not visible to process {blind}: checkpoints need storage "
                          f"every process sees (a shared file system), or none: checkpoint=False (--no-checkpoint)")
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready: numpy scalars and arrays as Python numbers and lists."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value
 
 
 @dataclasses.dataclass
@@ -386,18 +373,22 @@ def check_resumable(meta: Mapping[str, Any], experiment: Mapping[str, Any], prog
     return sizes
 
 
-def resume_group(group: Group, tr, run_dir: str, csv: MetricsCSV | None = None, finished: bool = False) -> Group:
-    """``group`` with what its checkpoints hold: a ``finished`` group's metrics (its last
-    step), or the newest step's state and metrics. Their rows go back into ``csv``,
-    chunk by chunk as they were first written."""
+def resume_group(group: Group, tr, run_dir: str, finished: bool = False) -> Group:
+    """``group`` with what its checkpoints hold.
+
+    Args:
+        group: a group of the plan at or before the checkpoint's.
+        tr: its program's ``Trainer`` (the abstract state to restore onto).
+        run_dir: the run directory.
+        finished: the group ended before the checkpoint's: read its last step's metrics
+            only; else the newest step's state and metrics.
+
+    Returns:
+        The group with ``resumed`` set.
+    """
     if finished:
         found = restore(run_dir, step=group.chunk_offset + group.num_chunks)
     else:
         found = restore(run_dir, target=lambda meta: tr.abstract_state(meta["state_runs"]),
                         accept=lambda meta: meta["group"] == group.index)
-    if csv is not None:
-        k = group.config.updates_per_chunk
-        for c in range(found.chunk):
-            csv.write(group, *chunk_updates(group.config, c),
-                      {name: v[:, c * k:(c + 1) * k] for name, v in found.metrics.items()})
     return dataclasses.replace(group, resumed=Resumed(found.chunk, found.state, found.metrics, found.population))

@@ -5,7 +5,7 @@ program: ``init_runs`` once, then ``chunk_runs`` chunk after chunk. Between chun
 metrics come to the host once (``[R, K]`` arrays, no per-update callback), the NaN
 guard checks them (a step of the loop: ``jaxpo.run.guard``) and every hook
 (``jaxpo.run.events.Hook``: loggers, checkpoints, evaluation, progress) sees them.
-Plans of many groups (``jaxpo.experiments.sweeps.execute``, behind ``jaxpo.train``,
+Plans of many groups (``jaxpo.experiments.execution.execute``, behind ``jaxpo.train``,
 ``jaxpo.sweep`` and the CLI) call it once per group.
 """
 
@@ -26,7 +26,7 @@ from jaxpo.program.learner import TrainState
 from jaxpo.program.parallel import gather, padded_size, put
 from jaxpo.run.events import ChunkEvent, Group, Hook, chunk_updates
 from jaxpo.run.guard import NanGuard
-from jaxpo.run.population import Population
+from jaxpo.run.steering import Steering
 
 
 def pad_runs(tree: Any, size: int) -> Any:
@@ -41,7 +41,7 @@ def pad_runs(tree: Any, size: int) -> Any:
 
 
 def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks: Sequence[Hook] = (),
-              pad_to: int | None = None, guard: NanGuard | None = None, population: Population | None = None
+              pad_to: int | None = None, guard: NanGuard | None = None, population: Steering | None = None
               ) -> tuple[TrainState, dict[str, np.ndarray], float]:
     """Trains ``group`` (R runs: ``hyper`` ``[R, ...]``, ``seeds`` ``[R]``) for
     ``group.num_updates`` updates, calling ``hooks`` after every chunk.
@@ -50,7 +50,7 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     are padded to a multiple of ``tr.run_multiple`` (the devices they are split over).
     ``guard``: checks every chunk first (default: a stopping ``NanGuard``). A
     ``group.resumed`` group starts from its state and chunk. ``population``: a steered
-    sweep's (PBT, halving, replay: ``jaxpo.run.population``), stepped after the chunks it
+    sweep.s (PBT, halving, replay: ``jaxpo.run.steering``), stepped after the chunks it
     is ``due``; every event can fetch its history and the runs' Hyper for a checkpoint,
     and a resumed group repeats the step that followed its saved chunk. Every process of a
     multi-process run calls this with the same arguments. Returns the final batched
@@ -103,7 +103,7 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     return state, collected, first_chunk_seconds
 
 
-def _population_step(tr: Trainer, population: Population, group: Group, chunk: int, state: TrainState, hyper: Hyper,
+def _population_step(tr: Trainer, population: Steering, group: Group, chunk: int, state: TrainState, hyper: Hyper,
                      chunks: list[dict[str, np.ndarray]], guard: NanGuard) -> tuple[TrainState, Hyper]:
     """The population's step after the group's chunk ``chunk``; runs whose learner was
     replaced (copied, or a new trial) are no longer diverged."""
