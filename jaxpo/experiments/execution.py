@@ -30,6 +30,7 @@ from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group
 from jaxpo.run.events import Group, Hook, close_hooks
 from jaxpo.run.guard import NanGuard
+from jaxpo.run.history import CSVHistory, MetricsHistory
 from jaxpo.run.loggers import MetricsCSV, ProgressBar, RunLogger, make_loggers, parse_loggers
 from jaxpo.run.periodic_eval import Evaluator
 
@@ -37,13 +38,15 @@ from jaxpo.run.periodic_eval import Evaluator
 @dataclasses.dataclass
 class _Hooks:
     """The standard hooks of an execution: ``owned`` (made here, closed here), ``all``
-    (in calling order), the metrics CSV, the evaluator and the NaN guard."""
+    (in calling order), the metrics CSV, the evaluator, the NaN guard and ``history``,
+    where the runs' metrics are read back from (the CSV, or memory without one)."""
 
     owned: list[Hook]
     all: list[Hook]
     csv: MetricsCSV | None
     evaluator: Evaluator | None
     guard: NanGuard
+    history: CSVHistory | MetricsHistory
 
 
 def _standard_hooks(plan: Plan, trainers: Sequence[Trainer], hooks: Sequence[Hook], log: Callable[[str], None],
@@ -68,6 +71,8 @@ def _standard_hooks(plan: Plan, trainers: Sequence[Trainer], hooks: Sequence[Hoo
         evaluator = Evaluator(run.eval_every, run.eval_episodes, run.eval_greedy, run.absolute_episodes,
                               out_dir, [h for h in logs if isinstance(h, RunLogger) and h is not csv],
                               resume=plan.resume is not None, write=writer and out_dir is not None)
+    # a run without a metrics file keeps its metrics in memory: results and checkpoints read them there
+    history = CSVHistory(csv.file.path) if csv is not None else MetricsHistory()
     # PBT and halving replace a diverged member at their next step: never a sweep-ending error
     on_nan = "mask" if experiment.sweep.schedule != "none" else run.on_nan
     guard = NanGuard(on_nan, log=log, diverged=plan.resume.meta.get("diverged") if plan.resume else None)
@@ -76,13 +81,13 @@ def _standard_hooks(plan: Plan, trainers: Sequence[Trainer], hooks: Sequence[Hoo
         meta = {"experiment": context, "sections": list(plan.sections), "program_runs": [len(p.runs) for p in programs],
                 "group_sizes": [p.group_size for p in programs], "traced": traced_digests(programs)}
         pinned = plan.resume.meta["pinned"] if plan.resume else ()
-        saver = checkpoint.Checkpointer(out_dir, run.checkpoint_every, run.keep, meta, pinned)
+        saver = checkpoint.Checkpointer(out_dir, run.checkpoint_every, run.keep, meta, pinned, history)
     total = sum(len(p.groups()) * p.num_chunks for p in programs)
     done = plan.resume.step if plan.resume else 0
     bar = ProgressBar(total, "sweep" if plan.is_sweep else "train", done) if run.progress and writer else None
     tail = [h for h in (saver, bar) if h is not None]
     evaluation = [] if evaluator is None else [evaluator]
-    return _Hooks([*logs, *tail], [*logs, *evaluation, *hooks, *tail], csv, evaluator, guard)
+    return _Hooks([*logs, *tail], [*logs, history, *evaluation, *hooks, *tail], csv, evaluator, guard, history)
 
 
 def execute(plan: Plan, log: Callable[[str], None] | None = None, hooks: Sequence[Hook] = ()) -> SweepResult:
@@ -153,11 +158,12 @@ def _run_program(plan: Plan, program: PlannedProgram, tr: Trainer, standard: _Ho
         scorer = eval_scorer(program.config, program.runs, plan.experiment.run) if plan.experiment.run.eval_every \
             else None  # rank on the evaluation's metric where it is on
         steering = program.steering.build(scorer, artifacts.lineage_sink(program, out_dir) if files else None)
-    parts, state, first, resumed_updates = [], None, math.nan, 0
+    groups, state, first, resumed_updates = [], None, math.nan, 0
     for g, lo in enumerate(program.groups()):
         runs = program.runs[lo:lo + size]
         group = Group(program.config, list(runs), program.num_updates, index,
                       program.offset + g * program.num_chunks)
+        groups.append(group)
         index += 1
         if group.index <= resume_at:
             group = checkpoint.resume_group(group, tr, out_dir, finished=group.index < resume_at)
@@ -165,20 +171,25 @@ def _run_program(plan: Plan, program: PlannedProgram, tr: Trainer, standard: _Ho
                 standard.csv.rewrite(group, group.resumed.metrics, group.resumed.chunk)
             resumed_updates = group.resumed.chunk * program.config.updates_per_chunk
             if group.resumed.chunk == group.num_chunks:
-                parts.append(group.resumed.metrics)
+                standard.history.add(group, group.resumed.metrics)
                 state = group.resumed.state if group.resumed.state is not None else state
                 continue
         hyper = jax.tree.map(lambda x: x[lo:lo + size], program.hyper)
         seeds = np.array([r.seed for r in runs])
         if steering is not None and steering.on_step is not None:
             steering.on_step(steering)
-        state, metrics, seconds = run_group(tr, hyper, seeds, group, standard.all, pad_to=size, guard=standard.guard,
-                                            population=steering)
+        state, seconds = run_group(tr, hyper, seeds, group, standard.all, pad_to=size, guard=standard.guard,
+                                   population=steering)
         if steering is not None and files:
             artifacts.write_population_files(program, out_dir, steering)
         if math.isnan(first):
             first = seconds
-        parts.append(metrics)
-    metrics = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    return ProgramResult(program, metrics, state, tr.compiles["chunk"] - compiles_before, first, resumed_updates,
+    history = standard.history
+    read = lambda: _concatenate([history(g) for g in groups])
+    return ProgramResult(program, read, state, tr.compiles["chunk"] - compiles_before, first, resumed_updates,
                          steering), index
+
+
+def _concatenate(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Groups' metrics ``[G_i, U]`` as one ``[R, U]`` per name."""
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

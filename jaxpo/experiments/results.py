@@ -4,7 +4,7 @@ and how it ran), and the ``SweepResult`` that ``jaxpo.sweep`` and ``jaxpo.resume
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -23,7 +23,8 @@ class ProgramResult:
 
     Attributes:
         plan: the ``PlannedProgram``.
-        metrics: name -> float64 ``[R, U]`` (R runs × U updates).
+        read_metrics: reads the metrics back (from the run's ``metrics.csv``, or memory
+            where no such file was written); ``metrics`` calls it.
         state: the last group's final batched ``TrainState`` (padding included).
         compiles: traces of the chunk during this execution.
         first_chunk_seconds: wall time of the first chunk trained here (compile
@@ -33,12 +34,18 @@ class ProgramResult:
     """
 
     plan: PlannedProgram
-    metrics: dict[str, np.ndarray]
+    read_metrics: Callable[[], dict[str, np.ndarray]]
     state: Any
     compiles: int
     first_chunk_seconds: float
     resumed_updates: int = 0
     population: Steering | None = None
+
+    @property
+    def metrics(self) -> dict[str, np.ndarray]:
+        """name -> float64 ``[R, U]`` (R runs × U updates), read on each access (nothing
+        per update is held in memory when the run has a metrics file)."""
+        return self.read_metrics()
 
     @property
     def config(self) -> Config:

@@ -45,6 +45,7 @@ from jaxpo.program.config import Config, config_from_dict, config_to_dict
 from jaxpo.program.fields import plain
 from jaxpo.program.compiled import trainer
 from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed
+from jaxpo.run.history import MetricsHistory
 
 FORMAT = 3  # 3: the rollout carries only the TimeStep fields it acts on (rollout.acted_on)
 DIRECTORY = "checkpoints"
@@ -127,41 +128,57 @@ def _manager(directory: str, keep: int, pinned: set[int] | None = None, read_onl
 class Checkpointer(Hook):
     """Saves after each group's last chunk, and every ``every`` chunks of the plan (0: never).
 
-    ``meta`` is what every step records besides the position (the run table and
-    config are added per group, the diverged runs per chunk). A run that diverges
-    (``diverge``) pins the latest step, the last finite state before it. Saves are asynchronous: the arrays are copied
-    off the devices, then written in the background while training goes on;
-    ``close`` waits for the last one.
+    A run that diverges (``diverge``) pins the latest step, the last finite state before
+    it. Saves are asynchronous: the arrays are copied off the devices, then written in the
+    background while training goes on; ``close`` waits for the last one.
+
+    Args:
+        run_dir: the run directory (checkpoints go to its ``checkpoints/``).
+        every: save every this many chunks of the plan, besides each group's last (0: only those).
+        keep: the latest steps kept (besides the groups' final and the pinned ones).
+        meta: what every step records besides the position (the run table and config
+            are added per group, the diverged runs per chunk).
+        pinned: steps kept for good (a resumed plan's).
+        history: ``(group, names) -> {name: [R, U]}``, the group's metrics so far, read
+            back where they are kept (``jaxpo.run.history``): a step saves them. None:
+            this hook records them in memory itself (a ``MetricsHistory``).
+
+    Raises:
+        ValueError: ``every`` or ``keep`` is not a valid count.
     """
 
     def __init__(self, run_dir: str, every: int, keep: int = 3, meta: Mapping[str, Any] | None = None,
-                 pinned: Sequence[int] = ()):
+                 pinned: Sequence[int] = (),
+                 history: Callable[[Group, Sequence[str]], Mapping[str, np.ndarray]] | None = None):
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise ValueError(f"checkpoint_every must be a non-negative integer (chunks; 0: only each group's "
                              f"final state), got {every!r}")
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be a positive integer (checkpoints), got {keep!r}")
         self.every, self.meta = every, dict(meta or {})
+        self.recorded = MetricsHistory() if history is None else None
+        self.history = history or self.recorded
         self.pinned = set(pinned)
         self.manager = _manager(checkpoint_dir(run_dir), keep, self.pinned)
-        self.history: list[dict[str, np.ndarray]] = []
         self.last_step: int | None = None
-
-    def start(self, group: Group) -> None:
-        self.history = [] if group.resumed is None else [group.resumed.metrics]
 
     def diverge(self, event: ChunkEvent) -> None:
         self.pin_latest()
 
+    def start(self, group: Group) -> None:
+        if self.recorded is not None:
+            self.recorded.start(group)
+
     def chunk(self, event: ChunkEvent) -> None:
-        self.history.append(event.metrics)
+        if self.recorded is not None:
+            self.recorded.chunk(event)
         group, done = event.group, event.index + 1
         step = group.chunk_offset + done
         if (not self.every or step % self.every) and done < group.num_chunks:
             return
         if done == group.num_chunks:
             self.pinned.add(step)
-        metrics = {k: np.concatenate([h[k] for h in self.history], axis=1) for k in self.history[-1]}
+        metrics = dict(self.history(group, list(event.metrics)))
         # A copy: the next chunk donates (overwrites) the state's buffers while orbax writes.
         state = jax.tree.map(jnp.copy, flatten_state(event.state))
         meta = {**self.meta, "format": FORMAT, "jaxpo": _version(), "step": step, "group": group.index,
