@@ -132,6 +132,41 @@ def test_rows_no_experiment_describes_are_kept_in_hyper_npz(tmp_path):
         jaxpo.resume(str(run_dir))
 
 
+def test_metrics_read_back_from_the_run_directory_equal_those_kept_in_memory(both):
+    _, _, result = both  # its metrics are read from metrics.csv
+    config = jaxpo.Config(env="public_goods", num_envs=8, num_steps=16, updates_per_chunk=2)
+    hyper, seeds, labels = jaxpo.runs(jaxpo.support.khop(config.make_env().coupling, 1), seeds=[0, 1])
+    kept = jaxpo.train(config, hyper, seeds, num_updates=UPDATES, labels=labels, progress=False)  # no files
+    assert kept.metrics.keys() == result.metrics.keys()
+    for name, values in kept.metrics.items():
+        np.testing.assert_array_equal(values, result.metrics[name], err_msg=name)
+        assert values.dtype == result.metrics[name].dtype == np.float64
+
+
+def _write_meta_as_before_sections(run_dir, described):
+    """Rewrites every checkpoint's meta as checkpoints wrote it before ``sections``: a ``described`` flag."""
+    for step in checkpoint.steps(str(run_dir)):
+        path = os.path.join(checkpoint.checkpoint_dir(str(run_dir)), str(step), "meta", "metadata")
+        with open(path) as f:
+            meta = json.load(f)
+        del meta["sections"]
+        meta["described"] = described
+        with open(path, "w") as f:
+            json.dump(meta, f)
+
+
+def test_checkpoints_that_say_described_still_resume(both, tmp_path):
+    _, py_dir, result = both
+    old = shutil.copytree(py_dir, tmp_path / "old")
+    _write_meta_as_before_sections(old, True)
+    longer = jaxpo.resume(str(old), run={"steps": UPDATES * 128 * 2, "progress": False})
+    np.testing.assert_array_equal(result.metrics["return"], longer.programs[0].metrics["return"][:, :UPDATES])
+    refused = shutil.copytree(py_dir, tmp_path / "refused")
+    _write_meta_as_before_sections(refused, False)
+    with pytest.raises(ValueError, match="resume them by calling jaxpo.train with the same arguments"):
+        jaxpo.resume(str(refused))
+
+
 def test_default_run_names_need_no_quoting(tmp_path, capsys):
     assert cli.main(["train", *ENV, "--steps", "256", "--no-progress", "--no-checkpoint", "--out", str(tmp_path)]) == 0
     (name,) = os.listdir(tmp_path)
