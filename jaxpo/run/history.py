@@ -11,6 +11,7 @@ read, after the run or during it.
 
 from __future__ import annotations
 
+import array
 import csv
 from typing import Mapping, Sequence
 
@@ -75,13 +76,17 @@ class CSVHistory(_History):
 
     def __call__(self, group: Group, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(names or self.names[group.index])
-        index = {run.run_id: r for r, run in enumerate(group.runs)}
-        columns: dict[str, list[list[float]]] = {name: [[] for _ in group.runs] for name in names}
+        index = {str(run.run_id): r for r, run in enumerate(group.runs)}
+        # typed arrays, not lists of float objects: a read leaves no Python objects behind
+        columns = [[array.array("d") for _ in group.runs] for _ in names]
         with open(self.path, newline="") as f:
-            for row in csv.DictReader(f):
-                r = index.get(int(row["run_id"]))
-                if r is None:
-                    continue
-                for name in names:
-                    columns[name][r].append(float(row[name]))
-        return {name: np.array(rows, np.float64).reshape(len(group.runs), -1) for name, rows in columns.items()}
+            rows = csv.reader(f)
+            header = next(rows)
+            at = [header.index(name) for name in names]
+            for row in rows:
+                r = index.get(row[0])
+                if r is not None:
+                    for column, i in zip(columns, at):
+                        column[r].append(float(row[i]))
+        return {name: np.array([np.frombuffer(a, np.float64) for a in column]).reshape(len(group.runs), -1)
+                for name, column in zip(names, columns)}
