@@ -8,7 +8,8 @@ Run (defaults: public_goods, 4 envs × 8 steps, one update a chunk, 10,000 updat
 
 Variants (each in a fresh subprocess, so one does not see the other's memory):
     plain   ``jaxpo train``'s defaults: the metrics CSV, a final checkpoint.
-    full    evaluation every 100 updates, a checkpoint every 1,000 chunks, TensorBoard.
+    full    evaluation every 100 updates, a checkpoint every 1,000 chunks (``--checkpoint-every``),
+            TensorBoard.
 
 Lines:
     kind "rss"    variant, update, rss_mib: VmRSS (``/proc/self/status``) every 1,000 updates.
@@ -43,7 +44,7 @@ def rss_mib() -> float:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def run_variant(variant: str, updates: int, trace: bool) -> None:
+def run_variant(variant: str, updates: int, trace: bool, checkpoint_every: int = 1000) -> None:
     """Trains one variant in this process, printing its lines."""
     import tracemalloc
 
@@ -69,7 +70,7 @@ def run_variant(variant: str, updates: int, trace: bool) -> None:
     run = {"steps": updates * steps_per_update, "seeds": 1, "progress": False, "out": tempfile.mkdtemp(),
            "name": variant}
     if variant == "full":
-        run.update(eval_every=100 * steps_per_update, eval_episodes=2, absolute_episodes=2, checkpoint_every=1000,
+        run.update(eval_every=100 * steps_per_update, eval_episodes=2, absolute_episodes=2, checkpoint_every=checkpoint_every,
                    log="csv,tensorboard")
     config = {"env": "public_goods", "env_kwargs": {"num_agents": 4}, "num_envs": 4, "num_steps": 8,
               "updates_per_chunk": 1}
@@ -91,14 +92,15 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=10_000, help="updates per variant (a multiple of 1,000)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: plain, full")
     p.add_argument("--tracemalloc", action="store_true", help="print the allocation sites that grew most")
+    p.add_argument("--checkpoint-every", type=int, default=1000, help="the full variant's (chunks; 0: the final only)")
     p.add_argument("--variant", help=argparse.SUPPRESS)  # the subprocess's own
     args = p.parse_args()
     if args.variant:
-        run_variant(args.variant, args.updates, args.tracemalloc)
+        run_variant(args.variant, args.updates, args.tracemalloc, args.checkpoint_every)
         return
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
     for variant in args.variants.split(","):
-        flags = ["--variant", variant, "--updates", str(args.updates)] + (["--tracemalloc"] if args.tracemalloc else [])
+        flags = ["--variant", variant, "--updates", str(args.updates), "--checkpoint-every", str(args.checkpoint_every)] + (["--tracemalloc"] if args.tracemalloc else [])
         subprocess.run([sys.executable, __file__, *flags], env=env, check=True)
 
 
