@@ -194,7 +194,7 @@ def claim1(n: int, seeds: list[int], steps: int, num_envs: int, out: str | None,
     config = dataclasses.replace(base, diagnostics=True)
     sups = [s for pair in pairs.values() for s in pair]
     hyper, run_seeds, labels = runs(sups, seeds)
-    config, updates = Experiment(config=config).replace(run={"steps": steps}).schedule()
+    config, updates = Experiment(config=config).replace(run={"steps": steps}).chunking()
     result = train(config, hyper, run_seeds, num_updates=updates, labels=labels, progress=False)
     curves = {}
     last_epoch = config.num_epochs
@@ -318,7 +318,7 @@ def claim3(names: list[str], seeds: list[int], steps: int, out: str | None, quic
         config = Config(env=env_name, env_kwargs=kwargs, **{"num_envs": 16, "num_steps": 50, "hidden": (32, 32),
                                                               "updates_per_chunk": 5 if quick else 10, **options})
         hyper, run_seeds, run_labels = runs(sups, seeds)
-        config, updates = Experiment(config=config).replace(run={"steps": steps}).schedule()
+        config, updates = Experiment(config=config).replace(run={"steps": steps}).chunking()
         start = time.perf_counter()
         result = train(config, hyper, run_seeds, num_updates=updates, labels=run_labels, progress=False)
         ret = result.metrics["return"].reshape(len(sups), len(seeds), -1)

@@ -19,6 +19,7 @@ from jaxpo import Config, Hyper, trainer
 
 from jaxpo.core import support
 from jaxpo.run.driver import run_group
+from jaxpo.run.history import MetricsHistory
 from jaxpo.run.events import ChunkEvent, Group, Run
 from jaxpo.program.parallel import put
 
@@ -61,9 +62,10 @@ def run(config: Config, num_runs: int, devices=None, pad_to=None):
     seeds = np.arange(num_runs)
     group = Group(config, [Run(r, f"run{r}", "s", int(s)) for r, s in enumerate(seeds)], UPDATES)
     start = time.perf_counter()
-    state, metrics, _ = run_group(tr, hyper, seeds, group, pad_to=pad_to)
+    history = MetricsHistory()  # run_group keeps no metrics: a hook records them
+    state, _ = run_group(tr, hyper, seeds, group, [history], pad_to=pad_to)
     SECONDS.append(round(time.perf_counter() - start, 1))
-    return tr, state, metrics
+    return tr, state, history(group)
 
 
 def runs_axis() -> dict:

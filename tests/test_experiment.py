@@ -212,8 +212,8 @@ def test_run_length_is_not_part_of_the_program():
     """steps → updates, rounded up to whole chunks; a run shorter than a chunk runs one
     chunk of its own length."""
     base = Experiment()
-    config, updates = base.replace(run={"steps": 100_000}).schedule()
+    config, updates = base.replace(run={"steps": 100_000}).chunking()
     assert config == base.config and updates == 50  # 49 updates of 2048 steps, rounded up to 5 chunks of 10
-    config, updates = base.replace(run={"steps": 3 * 2048}).schedule()
+    config, updates = base.replace(run={"steps": 3 * 2048}).chunking()
     assert config == dataclasses.replace(base.config, updates_per_chunk=3) and updates == 3
     assert json.dumps(to_dict(base))  # plain data throughout

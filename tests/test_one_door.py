@@ -51,9 +51,13 @@ def test_python_and_the_cli_write_the_same_files_and_checkpoints(both):
     for name in FILES:
         with open(os.path.join(cli_dir, name), "rb") as a, open(os.path.join(py_dir, name), "rb") as b:
             assert a.read() == b.read(), name
-    assert sorted(os.listdir(cli_dir)) == sorted(os.listdir(py_dir))
+    # jaxpo.train also keeps the rows it was given: its run table, hyper.npz
+    assert sorted(os.listdir(cli_dir)) == sorted(set(os.listdir(py_dir)) - {"hyper.npz"})
+    saved = np.load(os.path.join(py_dir, "hyper.npz"))
+    assert saved["labels"].tolist() == result.labels and saved["seeds"].tolist() == [0, 1]
+    np.testing.assert_array_equal(saved["lr"], np.asarray(result.hyper.lr))
     assert metas(cli_dir) == metas(py_dir)  # the same metadata: experiment, runs, traced digests
-    assert metas(py_dir)[-1]["described"] is True
+    assert "hyper" in metas(py_dir)[-1]["sections"]  # every section describes the runs
 
 
 def test_either_door_resumes_the_others_directory(both, tmp_path):
@@ -123,9 +127,44 @@ def test_rows_no_experiment_describes_are_kept_in_hyper_npz(tmp_path):
     assert "\nhyper:" not in text and "\nsupport:" not in text and "hyper.npz" in text
     loaded = jaxpo.load_yaml(str(run_dir / "config.yaml"))  # the sections it holds load back
     assert loaded.config == config and loaded.run.seeds == 4
-    assert metas(str(run_dir))[-1]["described"] is False
+    assert metas(str(run_dir))[-1]["sections"] == ["config", "run"]
     with pytest.raises(ValueError, match="resume them by calling jaxpo.train with the same arguments"):
         jaxpo.resume(str(run_dir))
+
+
+def test_metrics_read_back_from_the_run_directory_equal_those_kept_in_memory(both):
+    _, _, result = both  # its metrics are read from metrics.csv
+    config = jaxpo.Config(env="public_goods", num_envs=8, num_steps=16, updates_per_chunk=2)
+    hyper, seeds, labels = jaxpo.runs(jaxpo.support.khop(config.make_env().coupling, 1), seeds=[0, 1])
+    kept = jaxpo.train(config, hyper, seeds, num_updates=UPDATES, labels=labels, progress=False)  # no files
+    assert kept.metrics.keys() == result.metrics.keys()
+    for name, values in kept.metrics.items():
+        np.testing.assert_array_equal(values, result.metrics[name], err_msg=name)
+        assert values.dtype == result.metrics[name].dtype == np.float64
+
+
+def _write_meta_as_before_sections(run_dir, described):
+    """Rewrites every checkpoint's meta as checkpoints wrote it before ``sections``: a ``described`` flag."""
+    for step in checkpoint.steps(str(run_dir)):
+        path = os.path.join(checkpoint.checkpoint_dir(str(run_dir)), str(step), "meta", "metadata")
+        with open(path) as f:
+            meta = json.load(f)
+        del meta["sections"]
+        meta["described"] = described
+        with open(path, "w") as f:
+            json.dump(meta, f)
+
+
+def test_checkpoints_that_say_described_still_resume(both, tmp_path):
+    _, py_dir, result = both
+    old = shutil.copytree(py_dir, tmp_path / "old")
+    _write_meta_as_before_sections(old, True)
+    longer = jaxpo.resume(str(old), run={"steps": UPDATES * 128 * 2, "progress": False})
+    np.testing.assert_array_equal(result.metrics["return"], longer.programs[0].metrics["return"][:, :UPDATES])
+    refused = shutil.copytree(py_dir, tmp_path / "refused")
+    _write_meta_as_before_sections(refused, False)
+    with pytest.raises(ValueError, match="resume them by calling jaxpo.train with the same arguments"):
+        jaxpo.resume(str(refused))
 
 
 def test_default_run_names_need_no_quoting(tmp_path, capsys):

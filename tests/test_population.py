@@ -13,7 +13,8 @@ import jaxpo
 from jaxpo import Config, Hyper, trainer
 from jaxpo.core.support import make_support
 from jaxpo.experiments.sweeps import plan
-from jaxpo.run.population import Axis, PopulationTable, exploit_explore, window_scores
+from jaxpo.run.population import exploit_explore
+from jaxpo.run.steering import Axis, PopulationTable, window_scores
 from jaxpo.run.report import read_csv
 from runtools import StopAfter
 
@@ -290,7 +291,7 @@ def test_halving_stops_by_rung_and_refills_without_a_recompile(halved):
 
 
 def test_a_refill_starts_the_stopped_slots_from_scratch_and_touches_nothing_else(batch):
-    from jaxpo.run.population import refill
+    from jaxpo.run.halving import refill
 
     state, hyper, codes, supports = batch
     tr = trainer(CONFIG)

@@ -105,6 +105,7 @@ def _train(ready) -> int:
     print(f"runs: {len(program.runs)} seed(s) × {program.num_updates} updates × {config.steps_per_update} env steps "
           f"= {program.num_updates * config.steps_per_update:,} env steps per run")
     result = execute(ready)
+    program = result.programs[0]  # the plan is frozen: how it ran is the result's
     metrics, seconds, first = program.metrics, result.seconds, program.first_chunk_seconds
     trained = program.num_updates - program.resumed_updates  # in this process
     summary = {

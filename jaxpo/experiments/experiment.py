@@ -344,16 +344,18 @@ class Experiment:
             changes[section] = dataclasses.replace(getattr(self, section), **typed)
         return dataclasses.replace(self, **changes)
 
-    def schedule(self, config: Config | None = None) -> tuple[Config, int]:
-        """Updates per run for ``run.steps`` env steps, rounded up to whole chunks.
+    def chunking(self, config: Config | None = None) -> tuple[Config, int]:
+        """The updates per run for ``run.steps`` env steps, and the config that trains them.
 
-        Runs shorter than one chunk train one chunk of exactly their length.
+        The updates are rounded up to whole chunks. A run shorter than one chunk lowers
+        ``updates_per_chunk`` to its own length (one chunk of exactly its updates), so
+        the returned config may differ from the one given.
 
         Args:
-            config: the static config to schedule (default: this experiment's ``config``).
+            config: the static config to chunk (default: this experiment's ``config``).
 
         Returns:
-            ``(config, U)``: the config (with ``updates_per_chunk`` lowered to U for a run
+            ``(config, U)``: the config (``updates_per_chunk`` lowered to U for a run
                 shorter than one chunk) and U, the updates per run, a multiple of its
                 ``updates_per_chunk``.
         """

@@ -176,7 +176,7 @@ def settings(experiment: Experiment) -> list[Setting]:
             if "kappa" in values and point.support.preset != "khop":
                 raise FieldError.saying("support.kappa", "the kappa axis needs ", Ref("support.preset"),
                                         f" khop, got {point.support.preset!r}")
-            config, num_updates = point.schedule()
+            config, num_updates = point.chunking()
             env = config.make_env()
             support = point.support.build(env)
             hyper = Hyper.create(support, **point.hyper.scalars())

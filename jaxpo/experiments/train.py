@@ -3,11 +3,12 @@ rows and seeds) as a one-program experiment, run by the same plan â†’ execute â†
 path as ``jaxpo.sweep`` and the CLI: the same files, checkpoints, resume check and
 standard hooks.
 
-The experiment a call becomes holds its config and how it runs. When its Hyper rows
-are exactly those an experiment's sections expand to (one setting: a preset support
-and shared scalars, as ``jaxpo.runs`` builds them), the experiment says so and the
-run directory is the CLI's, byte for byte; otherwise ``hyper.npz`` holds every run's
-row beside a ``config.yaml`` of the sections that describe it.
+The Hyper rows a call is given are data: the run directory keeps them as its run table
+(``hyper.npz``: every run's row, label and seed; ``jaxpo.experiments.run_table``). The
+experiment a call becomes holds its config and how it runs; when the rows are exactly
+those an experiment's sections expand to (one setting: a preset support and shared
+scalars, as ``jaxpo.runs`` builds them), its ``config.yaml`` is the CLI's, byte for byte,
+else it holds only the sections that describe the runs (config, run).
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ import jax
 import numpy as np
 
 from jaxpo.core.support import preset_of_name
-from jaxpo.experiments.experiment import Experiment, RunSettings
+from jaxpo.experiments.experiment import SECTIONS, Experiment, RunSettings
 from jaxpo.experiments.settings import settings
-from jaxpo.experiments.sweeps import Program, SweepResult, execute, prepare
+from jaxpo.experiments.execution import execute
+from jaxpo.experiments.plan import PlannedProgram, prepare
+from jaxpo.experiments.results import SweepResult
+from jaxpo.experiments.run_table import RunTable
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.compiled import trainer
 from jaxpo.program.parallel import padded_size
@@ -289,15 +293,18 @@ def train(
                   for r in range(seeds.size)]
         runs = [Run(i, label, setting_of(label), int(seed), values[i])
                 for i, (label, seed) in enumerate(zip(labels, seeds))]
-        program = Program(config, int(num_updates), runs, [], hyper=hyper)
+        program = PlannedProgram(config, int(num_updates), tuple(runs), (), hyper)
+        table = RunTable(hyper, list(labels), np.array([r.seed for r in runs]))
         # One group of every run, as one program call: train's results never depend on free memory.
-        plan = prepare(described or base, [program], resume=resume, write=write, described=described is not None,
+        plan = prepare(described or base, [program], resume=resume, write=write, table=table,
+                       sections=SECTIONS if described else ("config", "run"),
                        group_sizes=[padded_size(seeds.size, trainer(config).run_multiple)])
     result: SweepResult = execute(plan, hooks=hooks)
+    (trained,) = result.programs
     return TrainResult(
-        config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=program.metrics,
-        env_steps=env_steps_per_update(config, num_updates), state=program.state, out_dir=plan.out_dir,
-        seconds=result.seconds, compile_seconds=program.first_chunk_seconds, summary=result.summary,
+        config=config, labels=labels, seeds=seeds, hyper=hyper, metrics=trained.metrics,
+        env_steps=env_steps_per_update(config, num_updates), state=trained.state, out_dir=plan.out_dir,
+        seconds=result.seconds, compile_seconds=trained.first_chunk_seconds, summary=result.summary,
         diverged=result.diverged, evaluation=result.evaluation,
     )
 

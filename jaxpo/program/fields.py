@@ -237,7 +237,7 @@ def thaw(value: Any) -> Any:
 
 
 def plain(value: Any) -> Any:
-    """``value`` as plain YAML data: tuples and arrays as lists, numpy scalars as Python numbers."""
+    """``value`` as plain YAML / JSON data: tuples and arrays as lists, numpy scalars as Python numbers, NaN as None."""
     if isinstance(value, FrozenArray):
         return value.array.tolist()
     if isinstance(value, (list, tuple)):
@@ -246,6 +246,8 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
     if isinstance(value, float) and math.isnan(value):
         return None
     return value

@@ -43,9 +43,10 @@ from jax.experimental import multihost_utils
 from jaxpo._version import __version__
 from jaxpo.core.checks import FieldError, Ref
 from jaxpo.program.config import Config, config_from_dict, config_to_dict
+from jaxpo.program.fields import plain
 from jaxpo.program.compiled import trainer
-from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed, chunk_updates
-from jaxpo.run.loggers import MetricsCSV
+from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed
+from jaxpo.run.history import MetricsHistory
 
 FORMAT = 3  # 3: the rollout carries only the TimeStep fields it acts on (rollout.acted_on)
 DIRECTORY = "checkpoints"
@@ -128,41 +129,57 @@ def _manager(directory: str, keep: int, pinned: set[int] | None = None, read_onl
 class Checkpointer(Hook):
     """Saves after each group's last chunk, and every ``every`` chunks of the plan (0: never).
 
-    ``meta`` is what every step records besides the position (the run table and
-    config are added per group, the diverged runs per chunk). A run that diverges
-    (``diverge``) pins the latest step, the last finite state before it. Saves are asynchronous: the arrays are copied
-    off the devices, then written in the background while training goes on;
-    ``close`` waits for the last one.
+    A run that diverges (``diverge``) pins the latest step, the last finite state before
+    it. Saves are asynchronous: the arrays are copied off the devices, then written in the
+    background while training goes on; ``close`` waits for the last one.
+
+    Args:
+        run_dir: the run directory (checkpoints go to its ``checkpoints/``).
+        every: save every this many chunks of the plan, besides each group's last (0: only those).
+        keep: the latest steps kept (besides the groups' final and the pinned ones).
+        meta: what every step records besides the position (the run table and config
+            are added per group, the diverged runs per chunk).
+        pinned: steps kept for good (a resumed plan's).
+        history: ``(group, names) -> {name: [R, U]}``, the group's metrics so far, read
+            back where they are kept (``jaxpo.run.history``): a step saves them. None:
+            this hook records them in memory itself (a ``MetricsHistory``).
+
+    Raises:
+        ValueError: ``every`` or ``keep`` is not a valid count.
     """
 
     def __init__(self, run_dir: str, every: int, keep: int = 3, meta: Mapping[str, Any] | None = None,
-                 pinned: Sequence[int] = ()):
+                 pinned: Sequence[int] = (),
+                 history: Callable[[Group, Sequence[str]], Mapping[str, np.ndarray]] | None = None):
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise ValueError(f"checkpoint_every must be a non-negative integer (chunks; 0: only each group's "
                              f"final state), got {every!r}")
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be a positive integer (checkpoints), got {keep!r}")
         self.every, self.meta = every, dict(meta or {})
+        self.recorded = MetricsHistory() if history is None else None
+        self.history = history or self.recorded
         self.pinned = set(pinned)
         self.manager = _manager(checkpoint_dir(run_dir), keep, self.pinned)
-        self.history: list[dict[str, np.ndarray]] = []
         self.last_step: int | None = None
-
-    def start(self, group: Group) -> None:
-        self.history = [] if group.resumed is None else [group.resumed.metrics]
 
     def diverge(self, event: ChunkEvent) -> None:
         self.pin_latest()
 
+    def start(self, group: Group) -> None:
+        if self.recorded is not None:
+            self.recorded.start(group)
+
     def chunk(self, event: ChunkEvent) -> None:
-        self.history.append(event.metrics)
+        if self.recorded is not None:
+            self.recorded.chunk(event)
         group, done = event.group, event.index + 1
         step = group.chunk_offset + done
         if (not self.every or step % self.every) and done < group.num_chunks:
             return
         if done == group.num_chunks:
             self.pinned.add(step)
-        metrics = {k: np.concatenate([h[k] for h in self.history], axis=1) for k in self.history[-1]}
+        metrics = dict(self.history(group, list(event.metrics)))
         # A copy: the next chunk donates (overwrites) the state's buffers while orbax writes.
         state = jax.tree.map(jnp.copy, flatten_state(event.state))
         meta = {**self.meta, "format": FORMAT, "jaxpo": _version(), "step": step, "group": group.index,
@@ -178,7 +195,7 @@ class Checkpointer(Hook):
         ocp = _ocp()
         self.manager.save(step, args=ocp.args.Composite(
             **{name: ocp.args.StandardSave(item) for name, item in items.items()},
-            meta=ocp.args.JsonSave(_plain(meta))), force=True)
+            meta=ocp.args.JsonSave(plain(meta))), force=True)
         self.last_step = step
 
     def pin_latest(self) -> None:
@@ -203,19 +220,6 @@ def check_shared(directory: str) -> None:
         blind = ", ".join(str(i) for i in np.flatnonzero(~seen))
         raise ValueError(f"run directory {directory!r} is not visible to process {blind}: checkpoints need storage "
                          f"every process sees (a shared file system), or none: checkpoint=False (--no-checkpoint)")
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready: numpy scalars and arrays as Python numbers and lists."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value
 
 
 @dataclasses.dataclass
@@ -397,18 +401,22 @@ def _refusal(reason: str, diffs: Sequence[str], hint: str = "") -> FieldError:
     return FieldError.saying(diffs[0].partition(":")[0] if diffs else "", *parts, hint)
 
 
-def resume_group(group: Group, tr, run_dir: str, csv: MetricsCSV | None = None, finished: bool = False) -> Group:
-    """``group`` with what its checkpoints hold: a ``finished`` group's metrics (its last
-    step), or the newest step's state and metrics. Their rows go back into ``csv``,
-    chunk by chunk as they were first written."""
+def resume_group(group: Group, tr, run_dir: str, finished: bool = False) -> Group:
+    """``group`` with what its checkpoints hold.
+
+    Args:
+        group: a group of the plan at or before the checkpoint's.
+        tr: its program's ``Trainer`` (the abstract state to restore onto).
+        run_dir: the run directory.
+        finished: the group ended before the checkpoint's: read its last step's metrics
+            only; else the newest step's state and metrics.
+
+    Returns:
+        The group with ``resumed`` set.
+    """
     if finished:
         found = restore(run_dir, step=group.chunk_offset + group.num_chunks)
     else:
         found = restore(run_dir, target=lambda meta: tr.abstract_state(meta["state_runs"]),
                         accept=lambda meta: meta["group"] == group.index)
-    if csv is not None:
-        k = group.config.updates_per_chunk
-        for c in range(found.chunk):
-            csv.write(group, *chunk_updates(group.config, c),
-                      {name: v[:, c * k:(c + 1) * k] for name, v in found.metrics.items()})
     return dataclasses.replace(group, resumed=Resumed(found.chunk, found.state, found.metrics, found.population))

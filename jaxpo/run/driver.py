@@ -5,12 +5,13 @@ program: ``init_runs`` once, then ``chunk_runs`` chunk after chunk. Between chun
 metrics come to the host once (``[R, K]`` arrays, no per-update callback), the NaN
 guard checks them (a step of the loop: ``jaxpo.run.guard``) and every hook
 (``jaxpo.run.events.Hook``: loggers, checkpoints, evaluation, progress) sees them.
-Plans of many groups (``jaxpo.experiments.sweeps.execute``, behind ``jaxpo.train``,
+Plans of many groups (``jaxpo.experiments.execution.execute``, behind ``jaxpo.train``,
 ``jaxpo.sweep`` and the CLI) call it once per group.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import time
@@ -26,7 +27,7 @@ from jaxpo.program.learner import TrainState
 from jaxpo.program.parallel import gather, padded_size, put
 from jaxpo.run.events import ChunkEvent, Group, Hook, chunk_updates
 from jaxpo.run.guard import NanGuard
-from jaxpo.run.population import Population
+from jaxpo.run.steering import Steering
 
 
 def pad_runs(tree: Any, size: int) -> Any:
@@ -41,22 +42,38 @@ def pad_runs(tree: Any, size: int) -> Any:
 
 
 def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks: Sequence[Hook] = (),
-              pad_to: int | None = None, guard: NanGuard | None = None, population: Population | None = None
-              ) -> tuple[TrainState, dict[str, np.ndarray], float]:
-    """Trains ``group`` (R runs: ``hyper`` ``[R, ...]``, ``seeds`` ``[R]``) for
-    ``group.num_updates`` updates, calling ``hooks`` after every chunk.
+              pad_to: int | None = None, guard: NanGuard | None = None, population: Steering | None = None
+              ) -> tuple[TrainState, float]:
+    """Trains ``group`` for ``group.num_updates`` updates, calling ``hooks`` after every chunk.
 
-    ``pad_to``: run the program compiled for that many runs (≥ R); either way the runs
-    are padded to a multiple of ``tr.run_multiple`` (the devices they are split over).
-    ``guard``: checks every chunk first (default: a stopping ``NanGuard``). A
-    ``group.resumed`` group starts from its state and chunk. ``population``: a steered
-    sweep's (PBT, halving, replay: ``jaxpo.run.population``), stepped after the chunks it
-    is ``due``; every event can fetch its history and the runs' Hyper for a checkpoint,
-    and a resumed group repeats the step that followed its saved chunk. Every process of a
-    multi-process run calls this with the same arguments. Returns the final batched
-    state (padding included; global arrays), metrics name -> float64 ``[R, U]`` (on
-    every process; diverged runs NaN from their divergence) and the seconds of the
-    first chunk run (compile included).
+    Each chunk's metrics go to the hooks and are not kept: what a run's history needs
+    (files, results) a hook records (``jaxpo.run.loggers.MetricsCSV``,
+    ``jaxpo.run.history.MetricsHistory``); a steered group keeps only the window its
+    steering scores.
+
+    Args:
+        tr: the program's ``Trainer``.
+        hyper: the runs' ``Hyper`` ``[R, ...]``.
+        seeds: int ``[R]``.
+        group: the group (``group.resumed``: start from its state and chunk).
+        hooks: called around the group and after every chunk.
+        pad_to: run the program compiled for that many runs (≥ R); either way the runs
+            are padded to a multiple of ``tr.run_multiple`` (the devices they are split over).
+        guard: checks every chunk first (default: a stopping ``NanGuard``).
+        population: a steered sweep's ``Steering`` (``jaxpo.run.steering``), stepped after
+            the chunks it is ``due``; every event can fetch its history and the runs'
+            Hyper for a checkpoint, and a resumed group repeats the step that followed
+            its saved chunk.
+
+    Returns:
+        ``(state, seconds)``: the final batched state (padding included; global arrays)
+        and the seconds of the first chunk run (compile included; NaN when none ran).
+
+    Raises:
+        ValueError: ``Config.anneal_lr`` without each run's ``lr_horizon``.
+        NonFiniteError: a run diverged under a stopping guard.
+
+    Every process of a multi-process run calls this with the same arguments.
     """
     num_runs = len(seeds)
     if tr.config.anneal_lr and not np.all(np.asarray(hyper.lr_horizon) > 0):
@@ -69,14 +86,16 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     for hook in hooks:
         hook.start(group)
     start = time.perf_counter()
+    window: collections.deque = collections.deque(maxlen=population.ready if population is not None else 0)
     if group.resumed is None:
-        state, chunks, done = tr.init_runs(keys, hyper), [], 0
+        state, done = tr.init_runs(keys, hyper), 0
     else:
-        state, chunks, done = group.resumed.state, [group.resumed.metrics], group.resumed.chunk
+        state, done = group.resumed.state, group.resumed.chunk
         if population is not None:
+            window.append(group.resumed.metrics[population.metric][:, -window.maxlen * tr.config.updates_per_chunk:])
             hyper = put(population.load(group.resumed.population, hyper), tr.run_sharding)
             if done and population.due(done - 1, group.num_chunks):  # the step after the saved chunk
-                state, hyper = _population_step(tr, population, group, done - 1, state, hyper, chunks, guard)
+                state, hyper = _population_step(tr, population, group, done - 1, state, hyper, window, guard)
     first_chunk_seconds = math.nan
     for i in range(done, group.num_chunks):
         state, metrics = tr.chunk_runs(state, hyper)
@@ -86,7 +105,8 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
             first_chunk_seconds = seconds
         updates, env_steps = chunk_updates(tr.config, i)
         metrics, new = guard.check(group, updates, metrics, state.params)
-        chunks.append(metrics)
+        if population is not None:
+            window.append(metrics[population.metric])
         saved = functools.partial(population.saved, hyper) if population is not None else None
         event = ChunkEvent(group, i, updates, env_steps, metrics, state, seconds, dict(guard.diverged), new, saved)
         if new:
@@ -96,18 +116,18 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
         for hook in hooks:
             hook.chunk(event)
         if population is not None and population.due(i, group.num_chunks):
-            state, hyper = _population_step(tr, population, group, i, state, hyper, chunks, guard)
+            state, hyper = _population_step(tr, population, group, i, state, hyper, window, guard)
     for hook in hooks:
         hook.end(group, state)
-    collected = {k: np.concatenate([c[k] for c in chunks], axis=1) for k in chunks[0]}
-    return state, collected, first_chunk_seconds
+    return state, first_chunk_seconds
 
 
-def _population_step(tr: Trainer, population: Population, group: Group, chunk: int, state: TrainState, hyper: Hyper,
-                     chunks: list[dict[str, np.ndarray]], guard: NanGuard) -> tuple[TrainState, Hyper]:
-    """The population's step after the group's chunk ``chunk``; runs whose learner was
-    replaced (copied, or a new trial) are no longer diverged."""
-    returns = np.concatenate([c[population.metric] for c in chunks], axis=1)
+def _population_step(tr: Trainer, population: Steering, group: Group, chunk: int, state: TrainState, hyper: Hyper,
+                     window: collections.deque, guard: NanGuard) -> tuple[TrainState, Hyper]:
+    """The population's step after the group's chunk ``chunk``, scored on ``window`` (its
+    metric's last ``ready`` chunks, ``[R, K]`` each); runs whose learner was replaced
+    (copied, or a new trial) are no longer diverged."""
+    returns = np.concatenate(list(window), axis=1)
     state, hyper, parents = population.step(tr, chunk, state, hyper, {population.metric: returns},
                                             key_index=group.chunk_offset + chunk)
     guard.revive(run.run_id for r, run in enumerate(group.runs) if parents[r] != r)

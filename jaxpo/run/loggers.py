@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from jaxpo.run.events import RUN_COLUMNS, ChunkEvent, Group, Hook, Run
+from jaxpo.run.events import RUN_COLUMNS, ChunkEvent, Group, Hook, Run, chunk_updates
 from jaxpo.run.report import AppendCSV, file_name
 
 LOGGERS = ("csv", "tensorboard", "wandb")
@@ -107,6 +107,18 @@ class MetricsCSV(RunLogger):
     def flush(self) -> None:
         self.file.append(self.rows)
         self.rows = []
+
+    def rewrite(self, group: Group, metrics: Mapping[str, np.ndarray], chunks: int) -> None:
+        """A resumed group's rows again, chunk by chunk as they were first written.
+
+        Args:
+            group: the resumed group.
+            metrics: name -> ``[R, ≥ chunks × K]``, what its checkpoint holds.
+            chunks: the chunks it had trained.
+        """
+        k = group.config.updates_per_chunk
+        for c in range(chunks):
+            self.write(group, *chunk_updates(group.config, c), {name: v[:, c * k:(c + 1) * k] for name, v in metrics.items()})
 
 
 class TensorBoardLogger(RunLogger):
