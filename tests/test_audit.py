@@ -8,7 +8,9 @@ passed the rest of the suite.
 * a sweep group of mixed settings trains each run with its own ``Hyper`` row;
 * the data-parallel value normaliser's statistics are the whole batch's (numeric,
   on 8 fake CPU devices in a subprocess).
-"""
+
+Modules under test: ``jaxpo.core.rollout`` (truncation), ``jaxpo.run.evaluate``, ``jaxpo.run.guard``,
+``jaxpo.experiments.execution`` (mixed settings in a group) and ``jaxpo.core.valuenorm`` over devices."""
 
 import json
 import os

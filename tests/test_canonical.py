@@ -9,7 +9,8 @@ expected objective
 is computed exactly by enumerating all joint actions. At θ = θ_old its gradient for
 agent k must be Σ_j S̃[k, j] E[∇log π_k · A_j] with S̃ = S_R @ S_A: the objective's
 signal depends on (S_A, S_R) only through S̃.
-"""
+
+Modules under test: ``jaxpo.core.support`` (``canonical``) and ``jaxpo.core.losses``."""
 
 import itertools
 

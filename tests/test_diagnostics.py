@@ -1,4 +1,4 @@
-"""jaxpo.diagnostics against independent computations: per-sample gradients from plain
+"""jaxpo.core.diagnostics against independent computations: per-sample gradients from plain
 ``jax.grad`` of each sample's loss with numpy statistics, importance weights at θ_old,
 and the training metrics of ``Config(diagnostics=True)`` against the library functions
 on the same data."""

@@ -1,4 +1,4 @@
-"""jaxpo.gae against a plain-numpy reference; termination vs truncation; traced γ, λ."""
+"""jaxpo.core.gae against a plain-numpy reference; termination vs truncation; traced γ, λ."""
 
 import jax
 import jax.numpy as jnp

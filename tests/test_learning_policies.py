@@ -3,7 +3,8 @@ discrete actions, win rate) and MPE simple_spread with Gaussian continuous actio
 
 Each run is compared with the *untrained* policy it started from, measured on
 enough episodes that the required margin is many standard errors wide.
-"""
+
+Modules under test: the whole training program (``jaxpo.program.learner``) on ``jaxpo.envs`` tasks."""
 
 import jax
 import numpy as np

@@ -1,5 +1,7 @@
 """memory_cue: the protocol, the reward rule, and the task that separates recurrent
-from feed-forward policies (GRU learns to recall the cue; an MLP cannot beat 1/K)."""
+from feed-forward policies (GRU learns to recall the cue; an MLP cannot beat 1/K).
+
+Module under test: ``jaxpo.envs.memory``."""
 
 import dataclasses
 

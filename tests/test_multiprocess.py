@@ -2,7 +2,9 @@
 bitwise the metrics of one process with 8 devices, only process 0 writes, and a dead
 peer or an unreachable coordinator ends the run with an error in bounded time.
 
-Every process is a real ``python -m jaxpo.cli`` with a timeout, so a hang fails."""
+Every process is a real ``python -m jaxpo.cli`` with a timeout, so a hang fails.
+
+Modules under test: ``jaxpo.program.parallel`` and ``jaxpo.cli`` (its process flags)."""
 
 import os
 import signal

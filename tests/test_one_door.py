@@ -1,7 +1,9 @@
 """One path for Python and the command line, and the defaults a new user meets:
 ``jaxpo.train`` and ``jaxpo train`` write the same run directory; every run keeps its
 trained state, so ``eval`` and ``render`` work straight after; run names need no
-quoting; bad input gets one clear line."""
+quoting; bad input gets one clear line.
+
+Modules under test: ``jaxpo.experiments.train``, ``jaxpo.experiments.sweeps`` and ``jaxpo.cli``."""
 
 import json
 import os

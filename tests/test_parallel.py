@@ -1,6 +1,8 @@
 """Devices: runs split over 8 devices, one run's environments split over 8 devices
 (data parallel), measured in subprocesses started with 8 fake CPU devices
-(``tests/devices8.py``); and the arguments of a multi-process start."""
+(``tests/devices8.py``); and the arguments of a multi-process start.
+
+Module under test: ``jaxpo.program.parallel`` (and the ``Trainer``'s shardings, ``jaxpo.program.compiled``)."""
 
 import json
 import os

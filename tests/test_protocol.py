@@ -2,7 +2,10 @@
 one trunk, a policy and a value branch) against a NumPy forward pass and the
 separate-network layout, and the annealed learning rate (``Config.anneal_lr``,
 ``Hyper.lr_horizon``) in ``learning_rate``, in the optimiser's step, in the logged
-``lr`` metric of ``jaxpo.train`` and of the CLI, and in its refusals."""
+``lr`` metric of ``jaxpo.train`` and of the CLI, and in its refusals.
+
+Modules under test: ``jaxpo.core.networks`` and ``jaxpo.core.agents`` (the shared trunk), ``jaxpo.program.learner``
+(the annealed rate) and the shipped configs in ``jaxpo/experiments/configs/``."""
 
 import dataclasses
 

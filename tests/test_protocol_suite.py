@@ -1,11 +1,10 @@
-"""The benchmark suite (benchmarks/protocol.py) at CI size: it trains a (task, method)
+"""The benchmark suite (``jaxpo.experiments.protocol``, run by benchmarks/protocol.py) at CI size: it trains a (task, method)
 from its reference config with evaluation, writes the tables and marl-eval's JSON, skips
 what is finished, and continues a killed task from its checkpoint to the same results."""
 
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +12,8 @@ import pytest
 
 from jaxpo.run.report import read_csv
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import protocol  # noqa: E402
-from runtools import StopAfter  # noqa: E402
+from jaxpo.experiments import protocol
+from runtools import StopAfter
 
 TINY = ["--suite", "mpe", "--tasks", "simple_spread", "--methods", "ippo", "--steps", "512", "--seeds", "2",
         "--evaluations", "2", "--eval-episodes", "2", "--checkpoint-every", "1",

@@ -1,6 +1,8 @@
 """The best advantage-support radius is the coupling radius: on networked public goods
 with coupling radius c = 1, κ = 1 learns to cooperate, independent learners (κ = 0)
-learn to defect, and both move well away from the random policy."""
+learn to defect, and both move well away from the random policy.
+
+Modules under test: ``jaxpo.core.support`` (``khop``) and the training program, on ``jaxpo.envs.public_goods``."""
 
 import jax
 import numpy as np

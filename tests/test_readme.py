@@ -1,5 +1,7 @@
 """The README is the front page: its Quickstart is the two commands CI runs, and its
-Python example is the one the site's getting-started page runs (tests/test_docs.py)."""
+Python example is the one the site's getting-started page runs (tests/test_docs.py).
+
+File under test: ``README.md``."""
 
 import pathlib
 import re

@@ -1,5 +1,7 @@
 """GRU actor and critic: hidden states reset exactly at episode boundaries, in the
-network, in the rollout and when the loss replays sequences."""
+network, in the rollout and when the loss replays sequences.
+
+Modules under test: ``jaxpo.core.networks``, ``jaxpo.core.modules`` (``GRUNet``) and ``jaxpo.core.rollout``."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""Sparse supports (jaxpo.sparse): neighbour lists equal the dense matrices exactly —
+"""Sparse supports (jaxpo.core.sparse): neighbour lists equal the dense matrices exactly —
 round trips, aggregation against numpy, every 0/1 matrix of 2 and 3 agents, random
 sparse supports, the presets — and a train run gives the same parameters in both forms."""
 

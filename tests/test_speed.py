@@ -1,7 +1,9 @@
 """What the speed work guarantees without timing anything: the compiled train step does
 no more arithmetic than its network needs (XLA's own flop count against the analytical
 minimum), and the CLI's persistent compile cache is written once and then reused,
-giving the same results (``jaxpo.program.cost``, ``jaxpo.program.compile_cache``)."""
+giving the same results (``jaxpo.program.cost``, ``jaxpo.program.compile_cache``).
+
+Modules under test: ``jaxpo.program.cost`` and ``jaxpo.program.compile_cache``."""
 
 import json
 import os

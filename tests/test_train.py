@@ -1,5 +1,7 @@
 """The compiled training step and its driver: vmap over seeds × traced configs,
-determinism, results on disk, config validation."""
+determinism, results on disk, config validation.
+
+Modules under test: ``jaxpo.program.learner``, ``jaxpo.program.compiled``, ``jaxpo.run.driver`` and ``jaxpo.experiments.train``."""
 
 import dataclasses
 

@@ -1,5 +1,7 @@
 """Options of the one training loop: exact HAPPO (sequential scheme), MAPPO's value
-normalisation and Huber critic loss."""
+normalisation and Huber critic loss.
+
+Modules under test: ``jaxpo.program.learner``, ``jaxpo.core.happo``, ``jaxpo.core.valuenorm``, ``jaxpo.core.losses``."""
 
 import dataclasses
 

@@ -8,7 +8,8 @@ maths-level tests cannot see because the loss functions themselves stay correct.
 
 Values are captured with ``jax.debug.callback`` from wrappers around the library's own
 functions, in a fresh (uncached) ``Trainer`` compiled under the wrapper.
-"""
+
+Modules under test: ``jaxpo.program.learner`` and ``jaxpo.program.compiled``."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""jaxpo.valuenorm against a plain-numpy re-implementation of the MAPPO/HARL
+"""jaxpo.core.valuenorm against a plain-numpy re-implementation of the MAPPO/HARL
 ValueNorm update rule, and jaxpo.losses.huber / value_loss_huber (the critic loss
 that consumes the normalised targets) against hand formulas."""
 

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
+from jaxpo.core.checks import FieldError, Ref
 from jaxpo.experiments.experiment import SECTIONS, Experiment, from_dict, load_yaml, to_dict
 from jaxpo.experiments.run_table import RunTable
 from jaxpo.experiments.settings import Setting, settings, typed_spec
@@ -245,7 +246,8 @@ def prepare(experiment: Experiment, programs: Sequence[PlannedProgram], *, resum
             program split over groups.
     """
     if resume and not experiment.run.name:
-        raise ValueError("resume needs the run's directory: run.name (and run.out)")
+        raise FieldError.saying("run.name", "resume needs the run's directory: ", Ref("run.name"), " (and ",
+                                Ref("run.out"), ")")
     out_dir = None
     if write:
         name = experiment.run.name or _default_name(experiment, programs)
@@ -272,10 +274,10 @@ def prepare(experiment: Experiment, programs: Sequence[PlannedProgram], *, resum
         sizes = agree(sizes)  # free memory differs between hosts
     for program, size in zip(programs, sizes):
         if program.steering is not None and size < len(program.runs):
-            raise ValueError(f"sweep.schedule {experiment.sweep.schedule} ranks its {len(program.runs)} runs in one "
-                             f"program call, but "
-                             f"run.runs_per_group is {experiment.run.runs_per_group}: leave it unset or make it "
-                             f">= {len(program.runs)}")
+            raise FieldError.saying(
+                "run.runs_per_group", Ref("sweep.schedule"), f" {experiment.sweep.schedule} ranks its "
+                f"{len(program.runs)} runs in one program call, but ", Ref("run.runs_per_group"),
+                f" is {experiment.run.runs_per_group}: leave it unset or make it >= {len(program.runs)}")
     sized, offset = [], 0
     for program, size in zip(programs, sizes):
         sized.append(dataclasses.replace(program, group_size=int(size), offset=offset))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import jax
 import numpy as np
 
+from jaxpo.core.checks import FieldError, Ref
 from jaxpo.experiments.experiment import Experiment, typed_value
 from jaxpo.experiments.settings import Setting, sweepable
 from jaxpo.program.config import Config, Hyper
@@ -96,7 +97,7 @@ def steered(experiment: Experiment, config: Config, num_updates: int, runs: Sequ
         try:
             combos.append(Hyper.create(experiment.replace(support=values).support.build(env)))
         except ValueError as err:
-            raise ValueError(f"sweep.schedule {spec.schedule} can reach every combination of the support axes; "
+            raise FieldError("sweep.schedule", f"{spec.schedule} can reach every combination of the support axes; "
                              f"{values} is not a support: {err}") from None
     stacked = Hyper.stack([*(s.hyper for s in settings), *combos])
     hyper = jax.tree.map(lambda x: x[:num_runs], stacked)
@@ -108,9 +109,10 @@ def steered(experiment: Experiment, config: Config, num_updates: int, runs: Sequ
         return hyper, SteeringSpec("replay", table, codes, segments=segments)
     smallest = min(np.unique(populations, return_counts=True)[1])
     if math.floor(smallest * spec.fraction) < 1:
-        raise ValueError(f"sweep.schedule {spec.schedule}: a population of {smallest} runs (sweep.population "
-                         f"{spec.population}) times sweep.fraction {spec.fraction} is less than one run; use more "
-                         f"runs or a larger fraction")
+        raise FieldError.saying("sweep.fraction", Ref("sweep.schedule"), f" {spec.schedule}: a population of "
+                                f"{smallest} runs (", Ref("sweep.population"), f" {spec.population}) times ",
+                                Ref("sweep.fraction"), f" {spec.fraction} is less than one run; use more runs or a "
+                                f"larger fraction")
     Steering(table, codes, spec.ready, spec.schedule_seed)  # checks ready before anything compiles
     return hyper, SteeringSpec(spec.schedule, table, codes, spec.ready, spec.schedule_seed,
                                tuple(run.seed for run in runs))
@@ -122,9 +124,10 @@ def _pbt_axis(experiment: Experiment, name: str) -> Axis:
     categories."""
     spec = experiment.sweep
     if sweepable()[name] == "config":
-        raise ValueError(f"sweep.schedule {spec.schedule}: {name!r} is a static Config field (one compiled program per "
-                         f"value), and the schedule steers the runs of one program; sweep traced names "
-                         f"(hyperparameters, support) only")
+        raise FieldError(f"sweep.grid.{name}" if name in spec.grid else f"sweep.random.{name}",
+                         "is a static Config field (one compiled program per value), and ", Ref("sweep.schedule"),
+                         f" {spec.schedule} steers the runs of one program; sweep traced names (hyperparameters, "
+                         f"support) only", shown=f"sweep axis {name!r}")
     dist = {"values": spec.grid[name]} if name in spec.grid else spec.random[name]
     (kind, args), = dist.items()
     if sweepable()[name] == "support":
@@ -157,14 +160,15 @@ def _replay(experiment: Experiment, config: Config, num_updates: int
             if name == "env_steps":
                 continue
             if names.get(name) not in ("hyper", "support"):
-                raise ValueError(f"sweep.segments[{i}].{name}: a segment sets traced names (hyperparameters, "
-                                 f"support) only")
+                raise FieldError("sweep.segments", "sets traced names (hyperparameters, support) only",
+                                 shown=f"sweep.segments[{i}].{name}:")
             row[name] = typed_value(names[name], name, value, f"sweep.segments[{i}].{name}")
         steps = seg["env_steps"]
         chunk, rest = divmod(steps, per_chunk)
         if rest or not 0 < chunk < num_chunks or (typed and chunk - 1 <= typed[-1][0]):
-            raise ValueError(f"sweep.segments[{i}].env_steps must be increasing multiples of the env steps per "
-                             f"chunk ({per_chunk}) inside the run (< {num_chunks * per_chunk}), got {steps}")
+            raise FieldError("sweep.segments", f"must be increasing multiples of the env steps per chunk "
+                             f"({per_chunk}) inside the run (< {num_chunks * per_chunk}), got {steps}",
+                             shown=f"sweep.segments[{i}].env_steps")
         typed.append((chunk - 1, row))
     own = {name: getattr(experiment.hyper if names[name] == "hyper" else experiment.support, name) for name in keys}
     axes = []

@@ -26,6 +26,7 @@ import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxpo.core.checks import FieldError, Ref, Setting
 from jaxpo.core.rollout import rollout
 from jaxpo.core.support import ippo
 from jaxpo.program.config import Config, Hyper
@@ -297,12 +298,15 @@ def _trainer(config: Config, devices: tuple[jax.Device, ...]) -> Trainer:
 def _check_env_split(config: Config, num_devices: int) -> None:
     """Data parallel needs equal shares: E and each device's minibatches divide evenly."""
     if config.num_envs % num_devices:
-        raise ValueError(f"Config.parallel='envs' splits num_envs ({config.num_envs}) over {num_devices} devices: "
-                         f"num_envs must be a multiple of {num_devices}")
+        raise FieldError.saying("config.num_envs", Setting("config.parallel", "envs", "Config.parallel"),
+                                f" splits num_envs ({config.num_envs}) over {num_devices} devices: ",
+                                Ref("config.num_envs", "num_envs"), f" must be a multiple of {num_devices}")
     if (config.num_sequences // num_devices) % config.num_minibatches:
-        raise ValueError(f"Config.parallel='envs': num_minibatches ({config.num_minibatches}) must divide each "
-                         f"device's {config.num_sequences // num_devices} training samples per update "
-                         f"(num_envs * num_steps / sequence length / {num_devices} devices)")
+        raise FieldError.saying("config.num_minibatches", Setting("config.parallel", "envs", "Config.parallel"),
+                                ": ", Ref("config.num_minibatches", "num_minibatches"),
+                                f" ({config.num_minibatches}) must divide each device's "
+                                f"{config.num_sequences // num_devices} training samples per update "
+                                f"(num_envs * num_steps / sequence length / {num_devices} devices)")
 
 
 def tree_bytes(tree: Any) -> int:
