@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxpo.core.checks import FieldError, Setting
+from jaxpo.core.checks import FieldError, Setting, positive_int
 from jaxpo.run import checkpoint
 from jaxpo.program.config import Config
 from jaxpo.envs import AutoReset, Env
@@ -328,8 +328,7 @@ def run_episodes(config: Config, params: Any, run_ids: Any, episodes: int, seed:
                  env: Env | None = None):
     """``(returns [R, episodes], won [R, episodes] or None, episodes per second)`` for
     runs ``params [R, ...]`` with ids ``run_ids [R]`` (on ``env``, default the config's)."""
-    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
-        raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
+    episodes = positive_int(episodes, "episodes")
     keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.PRNGKey(seed), jnp.asarray(run_ids, jnp.uint32))
     play = episode_player(config, _compatible(config, env), int(episodes), bool(greedy))
     jax.block_until_ready(play(params, keys))  # compile

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxpo.core.checks import positive_int
 from jaxpo.program.learner import learner
 from jaxpo.program.parallel import gather
 from jaxpo.run.events import RUN_COLUMNS, ChunkEvent, Group, Hook, Run
@@ -92,8 +93,7 @@ class Evaluator(Hook):
     def __init__(self, every: int, episodes: int, greedy: bool = True, absolute_episodes: int | None = None,
                  out_dir: str | None = None, loggers: Sequence[Any] = (), resume: bool = False, write: bool = True):
         for name, value in (("every", every), ("episodes", episodes)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"evaluation {name} must be a positive integer, got {value!r}")
+            positive_int(value, f"run.eval_{name}", shown=f"evaluation {name}")
         self.every, self.episodes, self.greedy = int(every), int(episodes), bool(greedy)
         self.absolute_episodes = 10 * self.episodes if absolute_episodes is None else int(absolute_episodes)
         if self.absolute_episodes < 0:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from jaxpo.core.checks import positive_int
 from jaxpo.program.config import Hyper
 from jaxpo.program.learner import TrainState
 from jaxpo.program.parallel import gather
@@ -154,8 +155,7 @@ class Steering:
     def __init__(self, table: PopulationTable, codes: np.ndarray, ready: int, seed: int, seeds: Sequence[int] = (),
                  metric: str = "return", scorer: Scorer | None = None,
                  on_step: Callable[["Steering"], None] | None = None):
-        if ready < 1:
-            raise ValueError(f"ready must be a positive number of chunks, got {ready!r}")
+        positive_int(ready, "sweep.ready", shown="ready (chunks between steps)")
         self.table, self.ready, self.seed, self.metric = table, int(ready), int(seed), metric
         self.codes = np.asarray(codes, np.float32)
         self.seeds = np.asarray(seeds if len(seeds) else np.zeros(len(self.codes)), np.uint32)
