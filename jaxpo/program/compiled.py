@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -90,15 +90,6 @@ def _cpu_compiler_options() -> dict[str, Any]:
     return options
 
 
-def _learner_attribute(name: str) -> property:
-    """A read-only property answering the ``Learner``'s ``name``."""
-    def get(self: "Trainer") -> Any:
-        return getattr(self.learner, name)
-
-    get.__doc__ = f"The learner's ``{name}``: ``Trainer.learner.{name}`` (``jaxpo.program.learner.Learner``)."
-    return property(get)
-
-
 class Trainer:
     """The compiled training program for one static ``Config`` on ``devices``.
 
@@ -153,21 +144,76 @@ class Trainer:
                                   out_shardings=(self.state_sharding, self.run_sharding),
                                   compiler_options=self.compiler_options)
 
-    # The learner's names, answered for it.
-    config = _learner_attribute("config")
-    axis = _learner_attribute("axis")
-    env = _learner_attribute("env")
-    net = _learner_attribute("net")
-    num_agents = _learner_attribute("num_agents")
-    init = _learner_attribute("init")
-    step = _learner_attribute("step")
-    chunk = _learner_attribute("chunk")
-    collect = _learner_attribute("collect")
-    update = _learner_attribute("update")
-    training_data = _learner_attribute("training_data")
-    advantages = _learner_attribute("advantages")
-    log_probs = _learner_attribute("log_probs")
-    flat_time_major = _learner_attribute("flat_time_major")
+    # The learner's names, answered for it (the rest of the Learner is ``tr.learner``).
+    @property
+    def config(self) -> Config:
+        """``self.learner.config``: the static configuration the program is built for."""
+        return self.learner.config
+
+    @property
+    def axis(self) -> str | None:
+        """``self.learner.axis``: the mesh axis the environments are split over (``parallel='envs'``), else None."""
+        return self.learner.axis
+
+    @property
+    def env(self) -> Any:
+        """``self.learner.env``: the auto-resetting environment (``jaxpo.envs.AutoReset``)."""
+        return self.learner.env
+
+    @property
+    def net(self) -> Any:
+        """``self.learner.net``: the actor-critic (``jaxpo.core.networks.ActorCritic``)."""
+        return self.learner.net
+
+    @property
+    def num_agents(self) -> int:
+        """``self.learner.num_agents``: n, the environment's agents."""
+        return self.learner.num_agents
+
+    @property
+    def init(self) -> Callable:
+        """``self.learner.init``: ``Learner.init``: one run's initial ``TrainState``."""
+        return self.learner.init
+
+    @property
+    def step(self) -> Callable:
+        """``self.learner.step``: ``Learner.step``: one run's train step."""
+        return self.learner.step
+
+    @property
+    def chunk(self) -> Callable:
+        """``self.learner.chunk``: ``Learner.chunk``: K train steps of one run."""
+        return self.learner.chunk
+
+    @property
+    def collect(self) -> Callable:
+        """``self.learner.collect``: ``Learner.collect``: one run's rollout and training data."""
+        return self.learner.collect
+
+    @property
+    def update(self) -> Callable:
+        """``self.learner.update``: ``Learner.update``: one run's epochs over its training data."""
+        return self.learner.update
+
+    @property
+    def training_data(self) -> Callable:
+        """``self.learner.training_data``: ``Learner.training_data``: a rollout's samples for the update."""
+        return self.learner.training_data
+
+    @property
+    def advantages(self) -> Callable:
+        """``self.learner.advantages``: ``Learner.advantages``: per-agent GAE, aggregated and normalised."""
+        return self.learner.advantages
+
+    @property
+    def log_probs(self) -> Callable:
+        """``self.learner.log_probs``: ``Learner.log_probs``: the policy's log-probabilities of taken actions."""
+        return self.learner.log_probs
+
+    @property
+    def flat_time_major(self) -> Callable:
+        """``self.learner.flat_time_major``: ``Learner.flat_time_major``: time-major samples flattened."""
+        return self.learner.flat_time_major
 
     @property
     def run_multiple(self) -> int:
