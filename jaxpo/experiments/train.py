@@ -16,12 +16,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 from typing import Any, Sequence
 
 import jax
 import numpy as np
 
+from jaxpo.core.checks import FieldError
 from jaxpo.core.support import preset_of_name
 from jaxpo.experiments.experiment import SECTIONS, Experiment, RunSettings
 from jaxpo.experiments.settings import settings
@@ -198,8 +198,6 @@ ARGUMENTS = {"run.steps": "num_updates (as env steps)", "run.seeds": "seeds", "r
 @contextlib.contextmanager
 def _as_arguments():
     """FieldErrors raised inside name ``train``'s arguments (``ARGUMENTS``), not the experiment's fields."""
-    from jaxpo.core.checks import FieldError
-
     try:
         yield
     except FieldError as err:
