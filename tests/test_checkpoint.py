@@ -214,3 +214,70 @@ def test_the_python_train_api_checkpoints_resumes_and_guards(tmp_path):
     diverging, _, _ = jaxpo.runs(jaxpo.support.ippo(8), seeds=[0, 1], lr=1e30)
     with pytest.raises(jaxpo.guard.NonFiniteError, match=r"run 0 \(ippo/seed0\) became non-finite by update 1"):
         jaxpo.train(config, diverging, seeds, num_updates=4, labels=labels, progress=False)
+
+
+def _history_items(run_dir):
+    """Which checkpoint steps of ``run_dir`` hold a ``history`` item (the metrics so far)."""
+    return [step for step in checkpoint.steps(run_dir)
+            if os.path.exists(os.path.join(run_dir, "checkpoints", str(step), "history"))]
+
+
+def test_checkpoints_hold_no_metrics_and_a_resume_cuts_the_file_back_to_them(straight, monkeypatch, tmp_path):
+    straight_result, straight_dir = straight
+    assert checkpoint.steps(straight_dir) and not _history_items(straight_dir)  # metrics.csv holds them
+    assert checkpoint.read_meta(straight_dir, checkpoint.steps(straight_dir)[-1])["metrics_file"] == "metrics.csv"
+    with pytest.raises(KeyboardInterrupt):  # in chunk 6: the file has 6 chunks' rows, the checkpoint 4
+        jaxpo.sweep(experiment(tmp_path, "cut", checkpoint_every=4), hooks=[StopAfter(6)])
+    run_dir = str(tmp_path / "cut")
+    before = open(os.path.join(run_dir, "metrics.csv")).read()
+    assert len(before.splitlines()) == 1 + 2 * 6
+
+    # a crash while the resume writes the file leaves it as it was
+    from jaxpo.run import report
+
+    append = report.AppendCSV.append
+
+    def torn(self, rows):
+        append(self, list(rows)[:1])
+        if self.path.endswith(".resume"):
+            raise OSError("disk full")
+
+    monkeypatch.setattr(report.AppendCSV, "append", torn)
+    with pytest.raises(OSError, match="disk full"):
+        resume(run_dir)
+    monkeypatch.undo()
+    assert open(os.path.join(run_dir, "metrics.csv")).read() == before
+    assert not os.path.exists(os.path.join(run_dir, "metrics.csv.resume"))
+
+    # without a metrics file now (run.log), the metrics are read from the old one, up to the checkpoint
+    elsewhere = str(shutil.copytree(run_dir, tmp_path / "elsewhere"))
+    kept = resume(elsewhere, run={"log": "tensorboard"})
+    for name, values in straight_result.programs[0].metrics.items():
+        np.testing.assert_array_equal(values, kept.programs[0].metrics[name], err_msg=name)
+
+    resumed = resume(run_dir)  # rows past the checkpoint dropped, each (run, update) once
+    for name, values in straight_result.programs[0].metrics.items():
+        np.testing.assert_array_equal(values, resumed.programs[0].metrics[name], err_msg=name)
+    assert_same_run(run_dir, straight_dir)
+    assert not _history_items(run_dir) and not os.path.exists(os.path.join(run_dir, "metrics.csv.resume"))
+
+
+def test_checkpoints_that_hold_the_metrics_still_resume(straight, monkeypatch, tmp_path):
+    """Steps written before the metrics file held the metrics alone (a ``history`` item,
+    no ``metrics_file``) restore, and a resume writes the file's rows from them."""
+    _, straight_dir = straight
+    init = checkpoint.Checkpointer.__init__
+
+    def as_before(self, run_dir, every, keep, meta, pinned, history):  # as execution calls it
+        init(self, run_dir, every, keep, meta, pinned, None if isinstance(history, str) else history)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "__init__", as_before)
+    with pytest.raises(KeyboardInterrupt):
+        jaxpo.sweep(experiment(tmp_path, "old", checkpoint_every=4), hooks=[StopAfter(6)])
+    monkeypatch.undo()
+    run_dir = str(tmp_path / "old")
+    assert _history_items(run_dir) == checkpoint.steps(run_dir) == [4]
+    assert "metrics_file" not in checkpoint.read_meta(run_dir, 4)
+    os.remove(os.path.join(run_dir, "metrics.csv"))  # its rows come from the checkpoint
+    resume(run_dir)
+    assert_same_run(run_dir, straight_dir)

@@ -6,6 +6,11 @@ The standard hooks, in order: the loggers (``run.log``), evaluation during train
 (``run.eval_every``), the caller's hooks, the checkpointer (``run.checkpoint``: every
 group's final state, and every ``run.checkpoint_every`` chunks), the progress bar. The
 NaN guard is a step of the loop before them all (``jaxpo.run.guard``).
+
+Where the run has a metrics file (``metrics.csv``), checkpoints hold no metrics: a
+resumed plan keeps the file's rows up to the checkpoint (``MetricsCSV.resume``) and
+results read them there (``CSVHistory``); without one, memory keeps them and every
+checkpoint too (``MetricsHistory``).
 """
 
 from __future__ import annotations
@@ -28,11 +33,14 @@ from jaxpo.program.compiled import Trainer, trainer
 from jaxpo.program.parallel import describe, is_main_process
 from jaxpo.run import checkpoint
 from jaxpo.run.driver import run_group
-from jaxpo.run.events import Group, Hook, close_hooks
+from jaxpo.run.events import Group, Hook, Resumed, close_hooks
 from jaxpo.run.guard import NanGuard
 from jaxpo.run.history import CSVHistory, MetricsHistory
 from jaxpo.run.loggers import MetricsCSV, ProgressBar, RunLogger, make_loggers, parse_loggers
 from jaxpo.run.periodic_eval import Evaluator
+
+
+METRICS = "metrics.csv"
 
 
 @dataclasses.dataclass
@@ -61,7 +69,8 @@ def _standard_hooks(plan: Plan, trainers: Sequence[Trainer], hooks: Sequence[Hoo
         if "csv" in loggers:
             # each program's chunk, traced for its groups: the trace its first chunk then runs
             names = {m for p, tr in zip(programs, trainers) for m in tr.metric_names(p.group_size, p.hyper)}
-            csv = MetricsCSV(os.path.join(out_dir, "metrics.csv"), experiment.sweep.axes, sorted(names))
+            csv = MetricsCSV(os.path.join(out_dir, METRICS), experiment.sweep.axes, sorted(names),
+                             keep=plan.resume is not None)  # until the resumed groups' rows replace it
             logs.append(csv)
         # the loggers' hyperparameters: the sections that describe the runs (jaxpo.train rows
         # no experiment describes carry their own scalars in their values)
@@ -81,7 +90,10 @@ def _standard_hooks(plan: Plan, trainers: Sequence[Trainer], hooks: Sequence[Hoo
         meta = {"experiment": context, "sections": list(plan.sections), "program_runs": [len(p.runs) for p in programs],
                 "group_sizes": [p.group_size for p in programs], "traced": traced_digests(programs)}
         pinned = plan.resume.meta["pinned"] if plan.resume else ()
-        saver = checkpoint.Checkpointer(out_dir, run.checkpoint_every, run.keep, meta, pinned, history)
+        # with a metrics file (every process decides alike: they save each step together), steps
+        # hold no metrics, a history that would grow with every update
+        kept = METRICS if "csv" in parse_loggers(run.log) else history
+        saver = checkpoint.Checkpointer(out_dir, run.checkpoint_every, run.keep, meta, pinned, kept)
     total = sum(len(p.groups()) * p.num_chunks for p in programs)
     done = plan.resume.step if plan.resume else 0
     bar = ProgressBar(total, "sweep" if plan.is_sweep else "train", done) if run.progress and writer else None
@@ -148,9 +160,10 @@ def execute(plan: Plan, log: Callable[[str], None] | None = None, hooks: Sequenc
 def _run_program(plan: Plan, program: PlannedProgram, tr: Trainer, standard: _Hooks, index: int, resume_at: int,
                  compiles_before: int, writer: bool) -> tuple[ProgramResult, int]:
     """Trains a program's runs group by group with one compiled chunk. Groups before
-    group ``resume_at`` are finished (their metrics come from their last checkpoint),
-    that one continues from the latest. ``compiles_before``: the trainer's chunk traces
-    before the execution began. Returns the program's result and the next group index."""
+    group ``resume_at`` are finished (their metrics are read from the metrics file, or
+    their last checkpoint), that one continues from the latest. ``compiles_before``: the
+    trainer's chunk traces before the execution began. Returns the program's result and
+    the next group index."""
     out_dir, size = plan.out_dir, program.group_size
     files = out_dir is not None and writer
     steering = None
@@ -166,12 +179,11 @@ def _run_program(plan: Plan, program: PlannedProgram, tr: Trainer, standard: _Ho
         groups.append(group)
         index += 1
         if group.index <= resume_at:
-            group = checkpoint.resume_group(group, tr, out_dir, finished=group.index < resume_at)
-            if standard.csv is not None:
-                standard.csv.rewrite(group, group.resumed.metrics, group.resumed.chunk)
+            group = _resume(group, tr, out_dir, standard, last=group.index == resume_at)
             resumed_updates = group.resumed.chunk * program.config.updates_per_chunk
             if group.resumed.chunk == group.num_chunks:
-                standard.history.add(group, group.resumed.metrics)
+                if group.resumed.metrics is not None:
+                    standard.history.add(group, group.resumed.metrics)
                 state = group.resumed.state if group.resumed.state is not None else state
                 continue
         hyper = jax.tree.map(lambda x: x[lo:lo + size], program.hyper)
@@ -188,6 +200,28 @@ def _run_program(plan: Plan, program: PlannedProgram, tr: Trainer, standard: _Ho
     read = lambda: _concatenate([history(g) for g in groups])
     return ProgramResult(program, read, state, tr.compiles["chunk"] - compiles_before, first, resumed_updates,
                          steering), index
+
+
+def _resume(group: Group, tr: Trainer, out_dir: str, standard: _Hooks, last: bool) -> Group:
+    """``group`` with what its checkpoint holds: the last step of a group finished
+    before the plan's checkpoint (its metrics, where the step holds them), else (``last``)
+    the newest step's state and metrics. Its rows of the metrics file are kept up to the
+    checkpoint (or written from it); where the file holds its metrics and this execution
+    keeps them in memory (``run.log`` without csv now), they are read from the file."""
+    if not last:
+        found = checkpoint.restore(out_dir, step=group.chunk_offset + group.num_chunks)
+    else:
+        found = checkpoint.restore(out_dir, target=lambda meta: tr.abstract_state(meta["state_runs"]),
+                                   accept=lambda meta: meta["group"] == group.index)
+    metrics, updates = found.metrics, found.chunk * group.config.updates_per_chunk
+    if metrics is None:
+        standard.history.learn(group, found.meta["metric_names"])
+        if isinstance(standard.history, MetricsHistory):
+            path = os.path.join(out_dir, found.meta["metrics_file"])
+            metrics = CSVHistory(path)(group, found.meta["metric_names"], updates=updates)
+    if standard.csv is not None:
+        standard.csv.resume(group, found.metrics, found.chunk, last)
+    return dataclasses.replace(group, resumed=Resumed(found.chunk, found.state, metrics, found.population))
 
 
 def _concatenate(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

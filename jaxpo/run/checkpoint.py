@@ -6,12 +6,19 @@ number of chunks the whole plan has trained (group after group). It holds
     state    every non-empty leaf of the batched ``TrainState`` (params, optimiser
              states, env and hidden states, value-norm statistics, keys, update counter),
              as global arrays; restored onto the trainer's shardings
-    history  the group's metrics so far: name -> float64 [R, chunks done × K] (orbax
-             reserves the item name "metrics")
+    history  (only a run without a metrics file) the group's metrics so far: name ->
+             float64 [R, chunks done × K] (orbax reserves the item name "metrics"). A run
+             with one (``metrics.csv``, the CSV logger, on by default) keeps them there
+             alone: its steps hold the file's name and the metric names (meta
+             ``metrics_file``, ``metric_names``), never a history that grows with every
+             update, and a resume cuts the file back to the checkpoint's chunk
+             (``jaxpo.run.loggers.MetricsCSV.resume``). Steps with a ``history`` item (every
+             step written before) still restore and resume.
     meta     JSON: format, jaxpo version, which group and chunk, the run table, the
              resolved experiment (or config) and digests of the traced values
-    population  (steered sweeps only: PBT, halving, replay) the population's history and
-             the runs' current Hyper, as they were before the step that follows this
+    population  (steered sweeps only: PBT, halving, replay) the population's history,
+             the runs' current Hyper and the window of the metric it scores (bounded:
+             its last ``ready`` chunks), as they were before the step that follows this
              chunk (resume repeats it)
 
 Zero-size leaves (the feed-forward carry ``[R, E, N, 0]``) are not saved (orbax refuses
@@ -45,7 +52,7 @@ from jaxpo.core.checks import FieldError, Ref
 from jaxpo.program.config import Config, config_from_dict, config_to_dict
 from jaxpo.program.fields import plain
 from jaxpo.program.compiled import trainer
-from jaxpo.run.events import ChunkEvent, Group, Hook, Resumed
+from jaxpo.run.events import ChunkEvent, Group, Hook
 from jaxpo.run.history import MetricsHistory
 
 FORMAT = 3  # 3: the rollout carries only the TimeStep fields it acts on (rollout.acted_on)
@@ -54,7 +61,11 @@ DIRECTORY = "checkpoints"
 
 def _ocp():
     import orbax.checkpoint as ocp  # imported on use: it starts threads and is slow to import
+    from orbax.checkpoint._src.serialization import tensorstore_utils
 
+    # orbax reads tensorstore's I/O counters around every array write and read, only to log
+    # them, and each read leaks its objects (tensorstore 0.1.86: ~15 KB a save): None skips them
+    tensorstore_utils.get_tensorstore_raw_bytes = lambda direction=None: None
     return ocp
 
 
@@ -67,10 +78,6 @@ class _QuietReadOnly(logging.Filter):
 
 
 logging.getLogger("absl").addFilter(_QuietReadOnly())
-
-
-def _version() -> str:
-    return __version__
 
 
 def checkpoint_dir(run_dir: str) -> str:
@@ -140,9 +147,11 @@ class Checkpointer(Hook):
         meta: what every step records besides the position (the run table and config
             are added per group, the diverged runs per chunk).
         pinned: steps kept for good (a resumed plan's).
-        history: ``(group, names) -> {name: [R, U]}``, the group's metrics so far, read
-            back where they are kept (``jaxpo.run.history``): a step saves them. None:
-            this hook records them in memory itself (a ``MetricsHistory``).
+        history: where the group's metrics so far are kept. A file name (the run's
+            ``metrics.csv``, in ``run_dir``): there alone, a step saves only their names.
+            ``(group, names) -> {name: [R, U]}`` (``jaxpo.run.history``): a step saves
+            them (a run without a metrics file). None: this hook records them in memory
+            itself (a ``MetricsHistory``) and a step saves them.
 
     Raises:
         ValueError: ``every`` or ``keep`` is not a valid count.
@@ -150,7 +159,7 @@ class Checkpointer(Hook):
 
     def __init__(self, run_dir: str, every: int, keep: int = 3, meta: Mapping[str, Any] | None = None,
                  pinned: Sequence[int] = (),
-                 history: Callable[[Group, Sequence[str]], Mapping[str, np.ndarray]] | None = None):
+                 history: str | Callable[[Group, Sequence[str]], Mapping[str, np.ndarray]] | None = None):
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise ValueError(f"checkpoint_every must be a non-negative integer (chunks; 0: only each group's "
                              f"final state), got {every!r}")
@@ -179,16 +188,19 @@ class Checkpointer(Hook):
             return
         if done == group.num_chunks:
             self.pinned.add(step)
-        metrics = dict(self.history(group, list(event.metrics)))
         # A copy: the next chunk donates (overwrites) the state's buffers while orbax writes.
         state = jax.tree.map(jnp.copy, flatten_state(event.state))
-        meta = {**self.meta, "format": FORMAT, "jaxpo": _version(), "step": step, "group": group.index,
+        meta = {**self.meta, "format": FORMAT, "jaxpo": __version__, "step": step, "group": group.index,
                 "config": config_to_dict(group.config), "diverged": dict(event.diverged),
                 "chunk": done, "num_chunks": group.num_chunks, "num_updates": group.num_updates,
                 "runs": [dataclasses.asdict(r) for r in group.runs],
                 "state_runs": int(jax.tree.leaves(event.state)[0].shape[0]), "pinned": sorted(self.pinned),
                 "leaves": {k: [list(v.shape), str(v.dtype)] for k, v in state.items()}}
-        items = {"state": state, "history": metrics}
+        items = {"state": state}
+        if isinstance(self.history, str):  # kept in the run's metrics file: their names only
+            meta.update(metrics_file=self.history, metric_names=list(event.metrics))
+        else:
+            items["history"] = dict(self.history(group, list(event.metrics)))
         if event.population is not None:  # a steered sweep: its history and the runs' current Hyper
             meta["population"] = True
             items["population"] = dict(event.population())
@@ -225,11 +237,12 @@ def check_shared(directory: str) -> None:
 @dataclasses.dataclass
 class Restored:
     """A checkpoint read back: its ``step``, ``meta``, the group's ``metrics``
-    ``[R, chunks × K]`` and (when asked for) the batched ``state``."""
+    ``[R, chunks × K]`` (None where the run's metrics file holds them: meta
+    ``metrics_file``) and (when asked for) the batched ``state``."""
 
     step: int
     meta: dict[str, Any]
-    metrics: dict[str, np.ndarray]
+    metrics: dict[str, np.ndarray] | None
     state: Any = None
     population: dict[str, np.ndarray] | None = None  # a steered sweep's history and Hyper
 
@@ -287,7 +300,9 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
             if not accept(meta):
                 continue
             check_format(meta, run_dir)
-            items = {"history": ocp.args.StandardRestore()}
+            items = {"meta": ocp.args.JsonRestore()}  # and the history, where the step holds it
+            if "metrics_file" not in meta:
+                items["history"] = ocp.args.StandardRestore()
             if meta.get("population"):
                 items["population"] = ocp.args.StandardRestore()
             abstract = None
@@ -298,7 +313,7 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
             with contextlib.closing(_manager(directory, 1, read_only=True)) as manager:
                 out = manager.restore(s, args=ocp.args.Composite(**items))
             state = None if abstract is None else unflatten_state(out.state, abstract)
-            metrics = {k: np.asarray(v, np.float64) for k, v in out.history.items()}
+            metrics = {k: np.asarray(v, np.float64) for k, v in out.history.items()} if "history" in items else None
             population = {k: np.asarray(v) for k, v in out.population.items()} if "population" in items else None
             return Restored(s, meta, metrics, state, population)
         except IncompatibleCheckpoint:
@@ -317,7 +332,7 @@ class IncompatibleCheckpoint(ValueError):
 
 
 def check_format(meta: Mapping[str, Any], run_dir: str) -> None:
-    version, mine = str(meta.get("jaxpo", "?")), _version()
+    version, mine = str(meta.get("jaxpo", "?")), __version__
     if meta.get("format") != FORMAT or version.split(".")[:2] != mine.split(".")[:2]:
         raise IncompatibleCheckpoint(f"the checkpoint in {run_dir!r} was written by jaxpo {version} (checkpoint "
                                      f"format {meta.get('format')}); this is jaxpo {mine} (format {FORMAT}), which "
@@ -399,24 +414,3 @@ def _refusal(reason: str, diffs: Sequence[str], hint: str = "") -> FieldError:
         path, colon, rest = diff.partition(":")
         parts += ["; " * bool(i), *((Ref(path), colon + rest) if colon else (diff,))]
     return FieldError.saying(diffs[0].partition(":")[0] if diffs else "", *parts, hint)
-
-
-def resume_group(group: Group, tr, run_dir: str, finished: bool = False) -> Group:
-    """``group`` with what its checkpoints hold.
-
-    Args:
-        group: a group of the plan at or before the checkpoint's.
-        tr: its program's ``Trainer`` (the abstract state to restore onto).
-        run_dir: the run directory.
-        finished: the group ended before the checkpoint's: read its last step's metrics
-            only; else the newest step's state and metrics.
-
-    Returns:
-        The group with ``resumed`` set.
-    """
-    if finished:
-        found = restore(run_dir, step=group.chunk_offset + group.num_chunks)
-    else:
-        found = restore(run_dir, target=lambda meta: tr.abstract_state(meta["state_runs"]),
-                        accept=lambda meta: meta["group"] == group.index)
-    return dataclasses.replace(group, resumed=Resumed(found.chunk, found.state, found.metrics, found.population))

@@ -49,7 +49,7 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     Each chunk's metrics go to the hooks and are not kept: what a run's history needs
     (files, results) a hook records (``jaxpo.run.loggers.MetricsCSV``,
     ``jaxpo.run.history.MetricsHistory``); a steered group keeps only the window its
-    steering scores.
+    steering scores (and its checkpoints save that window, not the history).
 
     Args:
         tr: the program's ``Trainer``.
@@ -91,9 +91,11 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
         state, done = tr.init_runs(keys, hyper), 0
     else:
         state, done = group.resumed.state, group.resumed.chunk
-        if population is not None:
-            window.append(group.resumed.metrics[population.metric][:, -window.maxlen * tr.config.updates_per_chunk:])
-            hyper = put(population.load(group.resumed.population, hyper), tr.run_sharding)
+        if population is not None:  # its window as saved (a step written before: the tail of the metrics)
+            saved = group.resumed.population
+            window.append(saved["window"] if "window" in saved else
+                          group.resumed.metrics[population.metric][:, -window.maxlen * tr.config.updates_per_chunk:])
+            hyper = put(population.load(saved, hyper), tr.run_sharding)
             if done and population.due(done - 1, group.num_chunks):  # the step after the saved chunk
                 state, hyper = _population_step(tr, population, group, done - 1, state, hyper, window, guard)
     first_chunk_seconds = math.nan
@@ -107,7 +109,7 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
         metrics, new = guard.check(group, updates, metrics, state.params)
         if population is not None:
             window.append(metrics[population.metric])
-        saved = functools.partial(population.saved, hyper) if population is not None else None
+        saved = functools.partial(_saved, population, hyper, window) if population is not None else None
         event = ChunkEvent(group, i, updates, env_steps, metrics, state, seconds, dict(guard.diverged), new, saved)
         if new:
             for hook in hooks:
@@ -120,6 +122,13 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     for hook in hooks:
         hook.end(group, state)
     return state, first_chunk_seconds
+
+
+def _saved(population: Steering, hyper: Hyper, window: collections.deque) -> dict[str, np.ndarray]:
+    """What a checkpoint keeps of a steered group: the population's history, the runs'
+    Hyper and the window its next step scores (its metric's last ``ready`` chunks,
+    ``[R, ≤ ready × K]``: bounded, where the group's whole history would grow)."""
+    return {**population.saved(hyper), "window": np.concatenate(list(window), axis=1)}
 
 
 def _population_step(tr: Trainer, population: Steering, group: Group, chunk: int, state: TrainState, hyper: Hyper,

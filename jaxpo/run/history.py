@@ -5,8 +5,8 @@ one place the host keeps every update's metrics, and only then).
 
 Either is a hook (it learns each group's metric names, and memory its values) and a
 ``source(group, names=None) -> {name: float64 [R, U]}`` of the updates so far (names
-None: every metric of the group's program): what a checkpoint saves and what results
-read, after the run or during it.
+None: every metric of the group's program): what results read, after the run or
+during it, and, only where there is no metrics file, what a checkpoint saves.
 """
 
 from __future__ import annotations
@@ -27,12 +27,16 @@ class _History(Hook):
         self.names: dict[int, list[str]] = {}
 
     def start(self, group: Group) -> None:
-        if group.resumed is not None:
+        if group.resumed is not None and group.resumed.metrics is not None:
             self.add(group, group.resumed.metrics)
 
     def add(self, group: Group, metrics: Mapping[str, np.ndarray]) -> None:
         """Records a group's checkpointed metrics ``[R, U]`` (a resumed plan's groups)."""
-        self.names[group.index] = list(metrics)
+        self.learn(group, list(metrics))
+
+    def learn(self, group: Group, names: Sequence[str]) -> None:
+        """Records a group's metric names (a resumed group whose metrics the file holds)."""
+        self.names[group.index] = list(names)
 
     def chunk(self, event: ChunkEvent) -> None:
         self.names.setdefault(event.group.index, list(event.metrics))
@@ -74,7 +78,10 @@ class CSVHistory(_History):
         super().__init__()
         self.path = path
 
-    def __call__(self, group: Group, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def __call__(self, group: Group, names: Sequence[str] | None = None,
+                 updates: int | None = None) -> dict[str, np.ndarray]:
+        """``updates``: read only the rows up to that update (a file that holds rows
+        past a checkpoint); None: every row."""
         names = list(names or self.names[group.index])
         index = {str(run.run_id): r for r, run in enumerate(group.runs)}
         # typed arrays, not lists of float objects: a read leaves no Python objects behind
@@ -82,10 +89,10 @@ class CSVHistory(_History):
         with open(self.path, newline="") as f:
             rows = csv.reader(f)
             header = next(rows)
-            at = [header.index(name) for name in names]
+            at, update = [header.index(name) for name in names], header.index("update")
             for row in rows:
                 r = index.get(row[0])
-                if r is not None:
+                if r is not None and (updates is None or int(row[update]) <= updates):
                     for column, i in zip(columns, at):
                         column[r].append(float(row[i]))
         return {name: np.array([np.frombuffer(a, np.float64) for a in column]).reshape(len(group.runs), -1)

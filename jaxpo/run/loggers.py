@@ -2,9 +2,9 @@
 
 Every logger is a ``RunLogger``: the base walks the group's runs × the chunk's
 updates once and hands each backend one run's row at a time (``record``), then
-``flush``es. On resume the CSV gets the checkpointed chunks back through the same
-``write``; TensorBoard drops its events after the checkpoint (``purge_step``) and W&B
-continues its runs, so neither needs them.
+``flush``es. On resume the CSV keeps its rows up to the checkpoint and drops those
+after it (``MetricsCSV.resume``); TensorBoard drops its events after the checkpoint
+(``purge_step``) and W&B continues its runs.
 
     csv          metrics.csv, long format (``MetricsCSV``; the default)
     tensorboard  tensorboardX event files, one directory per run under
@@ -21,6 +21,7 @@ continues its runs, so neither needs them.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.util
 import os
@@ -93,12 +94,16 @@ class RunLogger(Hook):
 class MetricsCSV(RunLogger):
     """``metrics.csv`` in long format, one row per (run, update): run_id, label, setting,
     seed, every swept value, update, env_steps, every metric (empty where a group's
-    program has no such metric). Rows are appended per chunk."""
+    program has no such metric). Rows are appended per chunk. ``keep``: a resumed plan's
+    file, kept until ``resume`` replaces it."""
 
-    def __init__(self, path: str, value_names: Sequence[str], metric_names: Sequence[str]):
+    def __init__(self, path: str, value_names: Sequence[str], metric_names: Sequence[str], keep: bool = False):
         self.value_names, self.metric_names = list(value_names), list(metric_names)
-        self.file = AppendCSV(path, [*RUN_COLUMNS, *self.value_names, "update", "env_steps", *self.metric_names])
+        header = [*RUN_COLUMNS, *self.value_names, "update", "env_steps", *self.metric_names]
+        self.file = AppendCSV(path, header, keep=keep)
         self.rows: list[list] = []
+        self._old: Any = None  # during a resume: the rows of the file it replaces
+        self._next: list[str] | None = None  # the old file's next row, read ahead
 
     def record(self, run: Run, update: int, env_steps: int, row: dict[str, float]) -> None:
         self.rows.append([run.run_id, run.label, run.setting, run.seed, *(run.values.get(n, "") for n in self.value_names),
@@ -107,6 +112,74 @@ class MetricsCSV(RunLogger):
     def flush(self) -> None:
         self.file.append(self.rows)
         self.rows = []
+
+    def resume(self, group: Group, metrics: Mapping[str, np.ndarray] | None, chunks: int, last: bool) -> None:
+        """A resumed plan's rows of ``group``, up to its checkpoint (``chunks`` chunks).
+
+        The plan's resumed groups come in order, each once, into a new file that
+        replaces this one (``os.replace``) with the ``last`` (the group the plan goes on
+        with): a crash during a resume leaves the file as it was.
+
+        Args:
+            group: a group at or before the checkpoint's.
+            metrics: name -> ``[R, ≥ chunks × K]`` where its checkpoint holds them (a
+                step written before the file held them alone): its rows written again
+                from them. None: the rows this file holds, those of updates after the
+                checkpoint (written before a crash) dropped.
+            chunks: the chunks it had trained.
+            last: the plan's last resumed group.
+
+        Raises:
+            ValueError: the file lacks rows the checkpoint has trained (or its columns differ).
+        """
+        if self._old is None:
+            self._old, self._next = _rows(self.file.path, self.file.header), None
+            self.file = AppendCSV(self.file.path + ".resume", self.file.header)
+        try:
+            if metrics is not None:
+                self.rewrite(group, metrics, chunks)
+            else:
+                self._keep(group, chunks * group.config.updates_per_chunk)
+        except BaseException:
+            self._end_resume(replace=False)
+            raise
+        if last:
+            self._end_resume(replace=True)
+
+    def _end_resume(self, replace: bool) -> None:
+        """Closes the old file and puts the new one in its place, or (``replace`` False) drops the new one."""
+        self._old.close()
+        self._old = self._next = None
+        new, path = self.file.path, self.file.path[:-len(".resume")]
+        if replace:
+            os.replace(new, path)
+        else:
+            os.remove(new)
+        self.file = AppendCSV(path, self.file.header, keep=True)
+
+    def _keep(self, group: Group, updates: int) -> None:
+        """Copies the old file's rows of ``group``'s runs up to ``updates`` (a block of rows:
+        the plan's groups were written in order, each after the one before it)."""
+        rows, ids = self._old, {str(run.run_id): 0 for run in group.runs}
+        at, batch = self.file.header.index("update"), []
+        row = self._next if self._next is not None else next(rows, None)
+        while row is not None and row[0] not in ids:  # rows of groups rebuilt from their checkpoint
+            row = next(rows, None)
+        while row is not None and row[0] in ids:
+            if int(row[at]) <= updates:
+                ids[row[0]] += 1
+                batch.append(row)
+                if len(batch) >= 4096:
+                    self.file.append(batch)
+                    batch = []
+            row = next(rows, None)
+        self._next = row
+        if batch:
+            self.file.append(batch)
+        short = [(run_id, n) for run_id, n in ids.items() if n != updates]
+        if short:
+            raise ValueError(f"cannot resume: {self.file.path[:-len('.resume')]} holds {short[0][1]} of the {updates} "
+                             f"rows of run {short[0][0]} that its checkpoint has trained")
 
     def rewrite(self, group: Group, metrics: Mapping[str, np.ndarray], chunks: int) -> None:
         """A resumed group's rows again, chunk by chunk as they were first written.
@@ -119,6 +192,20 @@ class MetricsCSV(RunLogger):
         k = group.config.updates_per_chunk
         for c in range(chunks):
             self.write(group, *chunk_updates(group.config, c), {name: v[:, c * k:(c + 1) * k] for name, v in metrics.items()})
+
+
+def _rows(path: str, header: Sequence[str]):
+    """The rows of the CSV at ``path`` (none if it does not exist), as strings, after a
+    header that must be ``header``."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as f:
+        rows = csv.reader(f)
+        found = next(rows, [])
+        if found != list(header):
+            raise ValueError(f"cannot resume: the columns of {path} differ from this plan's "
+                             f"({', '.join(found[:8])}, … against {', '.join(list(header)[:8])}, …)")
+        yield from rows
 
 
 class TensorBoardLogger(RunLogger):
