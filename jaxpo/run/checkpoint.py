@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import logging
 import os
 import warnings
 from typing import Any, Callable, Mapping, Sequence
@@ -53,31 +52,11 @@ from jaxpo.program.config import Config, config_from_dict, config_to_dict
 from jaxpo.program.fields import plain
 from jaxpo.program.compiled import trainer
 from jaxpo.run.events import ChunkEvent, Group, Hook
+from jaxpo.run.orbax_store import manager, ocp_module
 from jaxpo.run.history import MetricsHistory
 
 FORMAT = 3  # 3: the rollout carries only the TimeStep fields it acts on (rollout.acted_on)
 DIRECTORY = "checkpoints"
-
-
-def _ocp():
-    import orbax.checkpoint as ocp  # imported on use: it starts threads and is slow to import
-    from orbax.checkpoint._src.serialization import tensorstore_utils
-
-    # orbax reads tensorstore's I/O counters around every array write and read, only to log
-    # them, and each read leaks its objects (tensorstore 0.1.86: ~15 KB a save): None skips them
-    tensorstore_utils.get_tensorstore_raw_bytes = lambda direction=None: None
-    return ocp
-
-
-class _QuietReadOnly(logging.Filter):
-    """Drops orbax's warnings that a manager we open read-only is read-only."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return "is read only" not in message and "read_only=True" not in message
-
-
-logging.getLogger("absl").addFilter(_QuietReadOnly())
 
 
 def checkpoint_dir(run_dir: str) -> str:
@@ -108,29 +87,6 @@ def digest(tree: Any) -> dict[str, str]:
     Hyper): two runs resume compatibly only with identical traced values."""
     return {_name(path): hashlib.sha256(np.ascontiguousarray(np.asarray(leaf)).tobytes()).hexdigest()[:16]
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-class _Pinned:
-    """An orbax preservation policy: keep the steps in ``steps`` (a set, grown later)."""
-
-    def __init__(self, steps: set[int]):
-        self.steps = steps
-
-    def should_preserve(self, checkpoints, *, context) -> list[bool]:
-        return [info.step in self.steps for info in checkpoints]
-
-
-def _manager(directory: str, keep: int, pinned: set[int] | None = None, read_only: bool = False):
-    ocp = _ocp()
-    policies = ocp.checkpoint_managers
-    policy = None
-    if not read_only:
-        policy = policies.AnyPreservationPolicy([policies.LatestN(keep), _Pinned(pinned if pinned is not None else set())])
-    options = ocp.CheckpointManagerOptions(create=not read_only, read_only=read_only, preservation_policy=policy,
-                                           enable_async_checkpointing=True)
-    handlers = {"state": ocp.StandardCheckpointHandler(), "history": ocp.StandardCheckpointHandler(),
-                "population": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
-    return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
 class Checkpointer(Hook):
@@ -169,7 +125,7 @@ class Checkpointer(Hook):
         self.recorded = MetricsHistory() if history is None else None
         self.history = history or self.recorded
         self.pinned = set(pinned)
-        self.manager = _manager(checkpoint_dir(run_dir), keep, self.pinned)
+        self.manager = manager(checkpoint_dir(run_dir), keep, self.pinned)
         self.last_step: int | None = None
 
     def diverge(self, event: ChunkEvent) -> None:
@@ -204,7 +160,7 @@ class Checkpointer(Hook):
         if event.population is not None:  # a steered sweep: its history and the runs' current Hyper
             meta["population"] = True
             items["population"] = dict(event.population())
-        ocp = _ocp()
+        ocp = ocp_module()
         self.manager.save(step, args=ocp.args.Composite(
             **{name: ocp.args.StandardSave(item) for name, item in items.items()},
             meta=ocp.args.JsonSave(plain(meta))), force=True)
@@ -256,7 +212,7 @@ def steps(run_dir: str) -> list[int]:
     directory = checkpoint_dir(run_dir)
     if not os.path.isdir(directory):
         return []
-    with contextlib.closing(_manager(directory, 1, read_only=True)) as manager:
+    with contextlib.closing(manager(directory, 1, read_only=True)) as manager:
         return sorted(manager.all_steps())
 
 
@@ -267,9 +223,9 @@ def _readable_error(err: BaseException) -> str:
 
 def read_meta(run_dir: str, step: int) -> dict[str, Any]:
     """A step's meta; a ValueError naming the step when it cannot be read."""
-    ocp = _ocp()
+    ocp = ocp_module()
     try:
-        with contextlib.closing(_manager(checkpoint_dir(run_dir), 1, read_only=True)) as manager:
+        with contextlib.closing(manager(checkpoint_dir(run_dir), 1, read_only=True)) as manager:
             return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
     except Exception as err:
         raise ValueError(f"checkpoint {os.path.join(checkpoint_dir(run_dir), str(step))} cannot be read "
@@ -292,7 +248,7 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
     if not candidates:
         raise ValueError(f"{run_dir!r} holds no complete checkpoint (looked in {directory}); "
                          f"it was trained without checkpoints (checkpoint=False, --no-checkpoint), or stopped before its first")
-    ocp = _ocp()
+    ocp = ocp_module()
     problems = []
     for s in reversed(candidates):
         try:
@@ -310,7 +266,7 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
                 abstract = target(meta)
                 _check_leaves(meta, flatten_state(abstract), run_dir)
                 items["state"] = ocp.args.StandardRestore(flatten_state(abstract))
-            with contextlib.closing(_manager(directory, 1, read_only=True)) as manager:
+            with contextlib.closing(manager(directory, 1, read_only=True)) as manager:
                 out = manager.restore(s, args=ocp.args.Composite(**items))
             state = None if abstract is None else unflatten_state(out.state, abstract)
             metrics = {k: np.asarray(v, np.float64) for k, v in out.history.items()} if "history" in items else None
