@@ -52,7 +52,7 @@ from jaxpo.program.config import Config, config_from_dict, config_to_dict
 from jaxpo.program.fields import plain
 from jaxpo.program.compiled import trainer
 from jaxpo.run.events import ChunkEvent, Group, Hook
-from jaxpo.run.orbax_store import manager, ocp_module
+from jaxpo.run.orbax_store import checkpoint_manager, ocp_module
 from jaxpo.run.history import MetricsHistory
 
 FORMAT = 3  # 3: the rollout carries only the TimeStep fields it acts on (rollout.acted_on)
@@ -125,7 +125,7 @@ class Checkpointer(Hook):
         self.recorded = MetricsHistory() if history is None else None
         self.history = history or self.recorded
         self.pinned = set(pinned)
-        self.manager = manager(checkpoint_dir(run_dir), keep, self.pinned)
+        self.manager = checkpoint_manager(checkpoint_dir(run_dir), keep, self.pinned)
         self.last_step: int | None = None
 
     def diverge(self, event: ChunkEvent) -> None:
@@ -212,7 +212,7 @@ def steps(run_dir: str) -> list[int]:
     directory = checkpoint_dir(run_dir)
     if not os.path.isdir(directory):
         return []
-    with contextlib.closing(manager(directory, 1, read_only=True)) as manager:
+    with contextlib.closing(checkpoint_manager(directory, 1, read_only=True)) as manager:
         return sorted(manager.all_steps())
 
 
@@ -225,7 +225,7 @@ def read_meta(run_dir: str, step: int) -> dict[str, Any]:
     """A step's meta; a ValueError naming the step when it cannot be read."""
     ocp = ocp_module()
     try:
-        with contextlib.closing(manager(checkpoint_dir(run_dir), 1, read_only=True)) as manager:
+        with contextlib.closing(checkpoint_manager(checkpoint_dir(run_dir), 1, read_only=True)) as manager:
             return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
     except Exception as err:
         raise ValueError(f"checkpoint {os.path.join(checkpoint_dir(run_dir), str(step))} cannot be read "
@@ -266,7 +266,7 @@ def restore(run_dir: str, target: Callable[[dict], Any] | None = None, step: int
                 abstract = target(meta)
                 _check_leaves(meta, flatten_state(abstract), run_dir)
                 items["state"] = ocp.args.StandardRestore(flatten_state(abstract))
-            with contextlib.closing(manager(directory, 1, read_only=True)) as manager:
+            with contextlib.closing(checkpoint_manager(directory, 1, read_only=True)) as manager:
                 out = manager.restore(s, args=ocp.args.Composite(**items))
             state = None if abstract is None else unflatten_state(out.state, abstract)
             metrics = {k: np.asarray(v, np.float64) for k, v in out.history.items()} if "history" in items else None

@@ -42,7 +42,7 @@ class _Pinned:
         return [info.step in self.steps for info in checkpoints]
 
 
-def manager(directory: str, keep: int, pinned: set[int] | None = None, read_only: bool = False):
+def checkpoint_manager(directory: str, keep: int, pinned: set[int] | None = None, read_only: bool = False):
     """An orbax ``CheckpointManager`` over ``directory`` with jaxpo's items (state, history,
     population, meta): the latest ``keep`` steps and the ``pinned`` ones are kept."""
     ocp = ocp_module()
