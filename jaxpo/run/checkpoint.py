@@ -47,7 +47,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxpo._version import __version__
-from jaxpo.core.checks import FieldError, Ref
+from jaxpo.core.checks import FieldError, Ref, positive_int
 from jaxpo.program.config import Config, config_from_dict, config_to_dict
 from jaxpo.program.fields import plain
 from jaxpo.program.compiled import trainer
@@ -119,8 +119,7 @@ class Checkpointer(Hook):
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise ValueError(f"checkpoint_every must be a non-negative integer (chunks; 0: only each group's "
                              f"final state), got {every!r}")
-        if not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be a positive integer (checkpoints), got {keep!r}")
+        positive_int(keep, "run.keep", shown="keep")
         self.every, self.meta = every, dict(meta or {})
         self.recorded = MetricsHistory() if history is None else None
         self.history = history or self.recorded
