@@ -4,10 +4,8 @@ shares one persistent compile cache, with every subprocess it starts (CLI runs,
 multi-device and multi-process tests, notebooks): the same program compiles once."""
 
 import gc
-import importlib.metadata
 import os
 import shutil
-import sys
 import tempfile
 
 import pytest
@@ -79,27 +77,6 @@ def pytest_configure(config):
     gc.set_threshold(10_000, 50, 100)
     if not worker:
         config.jaxpo_compile_cache = cache  # removed by the process that made it
-        preload_mimalloc()
-
-
-def preload_mimalloc():
-    """The workers xdist is about to start, and every process they start, run with mimalloc
-    (the dev extra ``cmeel-mimalloc``) in place of glibc's malloc, through ``LD_PRELOAD``
-    in the environment they inherit. XLA's CPU compiler spends over a tenth of its time in
-    glibc's malloc and free (perf, on a chunk's compile): with mimalloc, keeping the memory
-    it frees instead of returning it to the system, an MPE chunk compiles in 4.3 CPU-s
-    instead of 4.9 (docs/speed.md). The allocator changes no value. Chromium brings its
-    own and is started without it (test_docs.py's ``browser``)."""
-    if sys.platform != "linux":
-        return
-    try:
-        lib = next(f for f in importlib.metadata.files("cmeel-mimalloc") if f.name == "libmimalloc.so")
-    except (importlib.metadata.PackageNotFoundError, StopIteration):
-        return  # the same tests, compiling more slowly
-    preloaded = os.environ.get("LD_PRELOAD", "")
-    if "libmimalloc" not in preloaded:
-        os.environ["LD_PRELOAD"] = f"{lib.locate()} {preloaded}".strip()
-    os.environ.setdefault("MIMALLOC_PURGE_DELAY", "-1")  # 4.3 CPU-s; 4.6 with its default
 
 
 def store_every_program():

@@ -4,15 +4,16 @@ W&B run files (one W&B run per jaxpo run); unknown logger names are refused."""
 import glob
 import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-import jaxpo
 from jaxpo import cli
 from jaxpo.run.loggers import parse_loggers
 
-from conftest import CHUNKS, experiment
+from conftest import CHUNKS
 
 
 def test_tensorboard_has_one_series_per_run_and_metric_and_the_hyperparameters(trained_run):
@@ -60,10 +61,26 @@ def wandb_records(path):
     return records
 
 
-def test_wandb_offline_writes_one_run_per_jaxpo_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    result = jaxpo.sweep(experiment(tmp_path, "wb", log="wandb", steps=128 * 4))
+# In a subprocess: the wandb SDK leaves its threads and service process running in the
+# process that used it, and a test worker goes on to run hundreds of other tests.
+WANDB_SCRIPT = """
+import sys, numpy as np, jaxpo
+sys.path.insert(0, {tests!r})
+from conftest import experiment
+result = jaxpo.sweep(experiment({out!r}, "wb", log="wandb", steps=128 * 4))
+np.save({losses!r}, result.programs[0].metrics["loss"])
+"""
+
+
+def test_wandb_offline_writes_one_run_per_jaxpo_run(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    losses = tmp_path / "losses.npy"
+    script = WANDB_SCRIPT.format(tests=os.path.dirname(__file__), out=str(tmp_path), losses=str(losses))
+    with open(tmp_path / "log.txt", "w") as log:  # a file, not a pipe: nothing left running can hold it open
+        proc = subprocess.run([sys.executable, "-c", script], env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=600)
+    assert proc.returncode == 0, (tmp_path / "log.txt").read_text()[-3000:]
+    losses_of = np.load(losses)
     files = sorted(glob.glob(str(tmp_path / "wb" / "wandb" / "offline-run-*" / "run-*.wandb")))
     assert len(files) == 2 and not (tmp_path / "wb" / "metrics.csv").exists()  # csv not asked for
     seen = {}
@@ -79,7 +96,7 @@ def test_wandb_offline_writes_one_run_per_jaxpo_run(tmp_path, monkeypatch):
         assert group == "wb" and config["seed"] == str(r) and config["hyper.lr"] == "0.003"
         assert len(history) == 4
         losses = [float(next(i.value_json for i in h.item if (i.key or i.nested_key[0]) == "loss")) for h in history]
-        np.testing.assert_allclose(losses, result.programs[0].metrics["loss"][r], rtol=1e-6)
+        np.testing.assert_allclose(losses, losses_of[r], rtol=1e-6)
 
 
 @pytest.mark.parametrize("text, message", [
