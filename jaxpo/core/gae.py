@@ -20,6 +20,7 @@ def gae(
     truncated: chex.Array,
     gamma: chex.Numeric,
     gae_lambda: chex.Numeric,
+    unroll: int = 1,
 ) -> tuple[chex.Array, chex.Array]:
     """Generalised advantage estimates and λ-returns, computed backwards in time.
 
@@ -34,6 +35,7 @@ def gae(
         The caller broadcasts per-env flags over the agent axis.
       gamma: scalar discount; may be a traced value.
       gae_lambda: scalar GAE λ; may be a traced value.
+      unroll: backward steps per ``lax.scan`` iteration (the schedule, not the values).
 
     Returns:
       ``(advantages, returns)``, float32 ``[T, ...]`` each, with
@@ -70,6 +72,6 @@ def gae(
         return advantage, advantage
 
     _, advantages = jax.lax.scan(
-        backward_step, jnp.zeros_like(values[0]), (deltas, not_done), reverse=True
+        backward_step, jnp.zeros_like(values[0]), (deltas, not_done), reverse=True, unroll=unroll
     )
     return advantages, advantages + values

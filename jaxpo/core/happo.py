@@ -119,6 +119,7 @@ def sequential_actor_trace(
     extra_inputs: tuple = (),
     axis_name: str | None = None,
     platform: str | None = None,
+    unroll: int = 1,
 ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """The sequential HAPPO actor update, with per-position diagnostics.
 
@@ -153,6 +154,7 @@ def sequential_actor_trace(
         device takes the same step (``key`` should differ per device: its own shuffles).
       platform: whose kernels shuffle the minibatches (``jaxpo.core.kernels.for_platform``;
         None: ``jax.default_backend()``).
+      unroll: minibatch updates per ``lax.scan`` iteration (``jaxpo.core.rollout.epochs``).
 
     Returns:
       ``(actor_params, opt_state, trace)``. Agents not in ``order`` are returned
@@ -208,7 +210,7 @@ def sequential_actor_trace(
         agent_data = (*take(data, m), factor)
 
         (params_m, opt_m), metrics = epochs(minibatch_step, (params_m, opt_m), agent_data, agent_keys[m], num_epochs,
-                                            num_minibatches, platform)
+                                            num_minibatches, platform, unroll)
 
         # Unclipped new/old ratio of the updated agent on the whole batch.
         obs_m, mask_m, action_m, old_lp, _, extra = agent_data[:6]
@@ -242,6 +244,7 @@ def sequential_actor_update(
     extra_inputs: tuple = (),
     axis_name: str | None = None,
     platform: str | None = None,
+    unroll: int = 1,
 ) -> tuple[Any, Any, dict[str, jax.Array]]:
     """The sequential HAPPO actor update with scalar metrics (arguments: ``sequential_actor_trace``).
 
@@ -257,7 +260,7 @@ def sequential_actor_update(
     actor_params, opt_state, trace = sequential_actor_trace(
         actor_apply, actor_params, opt_state, optimizer, batch, advantages, order, key, clip_eps=clip_eps,
         ent_coef=ent_coef, num_epochs=num_epochs, num_minibatches=num_minibatches, extra_inputs=extra_inputs,
-        axis_name=axis_name, platform=platform,
+        axis_name=axis_name, platform=platform, unroll=unroll,
     )
     factor = trace["factor"].reshape(order.shape[0], -1)  # [K, B] (× L)
     extreme = lambda reduce, x: x if axis_name is None else reduce(x, axis_name)

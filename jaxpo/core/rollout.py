@@ -139,17 +139,18 @@ def take_rows(data: Any, rows: jax.Array) -> Any:
 
 
 def epochs(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, data: Any, key: jax.Array, num_epochs: int,
-           num_minibatches: int, platform: str | None = None) -> tuple[Any, Any]:
+           num_minibatches: int, platform: str | None = None, unroll: int = 1) -> tuple[Any, Any]:
     """``num_epochs`` × ``num_minibatches`` calls ``carry, metrics = step(carry, minibatch)``
     on minibatches of ``data`` (leaves ``[B, ...]``), reshuffled every epoch: epoch e
     permutes with ``split(key, num_epochs)[e]`` (``minibatch_rows`` on ``platform``). The
-    one epoch loop of both update schemes. Returns ``(carry, metrics)``, metrics leaves
+    one epoch loop of both update schemes; ``unroll`` minibatches per ``lax.scan``
+    iteration. Returns ``(carry, metrics)``, metrics leaves
     ``[num_epochs, num_minibatches, ...]``."""
     batch_size = jax.tree.leaves(data)[0].shape[0]
 
     def epoch(carry, epoch_key):
         rows = minibatch_rows(epoch_key, batch_size, num_minibatches, platform)
-        return jax.lax.scan(lambda c, r: step(c, take_rows(data, r)), carry, rows)
+        return jax.lax.scan(lambda c, r: step(c, take_rows(data, r)), carry, rows, unroll=unroll)
 
     return jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
 
@@ -211,6 +212,7 @@ def rollout(
     critic_input: str,
     policy: Callable[..., Any] | None = None,
     axis_name: str | None = None,
+    unroll: int = 1,
 ) -> tuple[RolloutState, Transition]:
     """Runs ``num_steps`` steps of every environment under the current policy.
 
@@ -219,7 +221,8 @@ def rollout(
     distribution``), e.g. a uniform one for baselines; values and hidden states
     still come from the network. Each environment draws its actions and transitions
     from its own key (``env_keys``), so splitting the environments over the devices
-    of ``axis_name`` changes nothing but where they run.
+    of ``axis_name`` changes nothing but where they run. ``unroll``: steps per
+    ``lax.scan`` iteration.
     """
     num_envs = state.episode_length.shape[0]
     sample = jax.vmap(lambda dist, key: dist.sample(seed=key))  # per environment
@@ -266,7 +269,7 @@ def rollout(
         )
         return varying(state, axis_name), (transition, final_critic_obs)
 
-    state, (traj, final_input) = jax.lax.scan(one_step, state, jax.random.split(key, num_steps))
+    state, (traj, final_input) = jax.lax.scan(one_step, state, jax.random.split(key, num_steps), unroll=unroll)
     return state, traj.replace(final_value=bootstrap_values(net, params, traj, state.carry, final_input))
 
 

@@ -111,6 +111,9 @@ class Config:
             Mava's schedule, ``lr · (1 − u / U)`` at update u (from 0) of U.
         seq_len: recurrent only: training sequence length L (must divide num_steps;
             None = the whole rollout).
+        unroll: iterations of the rollout, GAE and minibatch loops per ``lax.scan``
+            iteration (a positive integer), or None: the platform's own
+            (``jaxpo.core.kernels.Kernels.unroll``). The schedule XLA compiles, not the values.
         parallel: how a program uses D devices: "runs" splits the runs (seeds, settings)
             over them; "envs" splits each run's environments over them, data parallel
             (num_envs must be a multiple of D), for runs too large for one device.
@@ -145,6 +148,7 @@ class Config:
     shared_trunk: bool = False
     anneal_lr: bool = False
     seq_len: int | None = None
+    unroll: int | None = None
     parallel: Parallel = "runs"
     diagnostics: bool = False
 
@@ -186,6 +190,8 @@ class Config:
                 raise _invalid("seq_len", f"must be a positive integer or None, got {self.seq_len!r}")
             if self.num_steps % self.seq_len:
                 raise _invalid("seq_len", f"({self.seq_len}) must divide num_steps ({self.num_steps})")
+        if self.unroll is not None:
+            positive_int(self.unroll, "config.unroll", shown="Config.unroll")
         if self.num_sequences % self.num_minibatches:
             unit = "sequences" if self.recurrent else "transitions"
             raise _invalid(

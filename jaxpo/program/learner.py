@@ -23,6 +23,7 @@ import jaxpo.envs as envs
 from jaxpo.core import diagnostics, happo, losses, valuenorm
 from jaxpo.core.axes import pmean, pmean_metrics
 from jaxpo.core.gae import gae
+from jaxpo.core.kernels import Unroll, for_platform
 from jaxpo.core.networks import ActorCritic
 from jaxpo.core.rollout import RolloutState, critic_input_dim, epochs, reset, rollout, to_sequences
 from jaxpo.program.config import Config, Hyper
@@ -88,8 +89,8 @@ class Learner:
         config: the static configuration.
         axis: the device axis a data-parallel program maps it over (None: one device per run).
         platform: the platform its programs run on, whose kernels the networks and the
-            minibatch shuffle use (``jaxpo.core.kernels.for_platform``; None:
-            ``jax.default_backend()``).
+            minibatch shuffle use, and whose loop unrolling applies where ``config.unroll``
+            is None (``jaxpo.core.kernels.for_platform``; None: ``jax.default_backend()``).
 
     Raises:
         ValueError: what ``Config.make_env``, ``Config.cnn_layers`` and
@@ -98,6 +99,7 @@ class Learner:
 
     def __init__(self, config: Config, axis: str | None = None, platform: str | None = None):
         self.config, self.axis, self.platform = config, axis, platform
+        self.unroll = for_platform(platform).unroll if config.unroll is None else Unroll(*[config.unroll] * 3)
         self.env = envs.AutoReset(config.make_env())
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
         conv = config.cnn_layers(self.env)
@@ -248,7 +250,7 @@ class Learner:
             return (optax.apply_updates(params, updates), opt_state, norm), metrics
 
         return epochs(minibatch_update, (params, opt_state, value_norm), data, key, cfg.num_epochs, cfg.num_minibatches,
-                      self.platform)
+                      self.platform, self.unroll.minibatch)
 
     def advantages(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[jax.Array, jax.Array]:
         """``(advantages, value targets)``, each ``[T, E, N]``, for a rollout ``traj``.
@@ -268,7 +270,7 @@ class Learner:
         flags = lambda x: jnp.broadcast_to(x[..., None], rewards.shape)
         advantages, targets = gae(
             rewards, values, next_values, flags(traj.terminated), flags(traj.truncated),
-            hyper.gamma, hyper.gae_lambda,
+            hyper.gamma, hyper.gae_lambda, self.unroll.gae,
         )
         if cfg.aggregate_in == "advantage":
             advantages = losses.aggregate_advantages(advantages, hyper.S_A)
@@ -311,7 +313,7 @@ class Learner:
             self.net.agent_policy, state.params["actor"], state.opt_state["actor"], optimizer,
             batch, actor_advantages, order, self._own(key_actor), clip_eps=hyper.clip_eps, ent_coef=hyper.ent_coef,
             num_epochs=cfg.num_epochs, num_minibatches=cfg.num_minibatches, extra_inputs=extra, axis_name=self.axis,
-            platform=self.platform,
+            platform=self.platform, unroll=self.unroll.minibatch,
         )
         (critic, critic_opt, norm), critic_metrics = self._epochs(
             self._critic_loss, state.params["critic"], state.opt_state["critic"], state.value_norm,
@@ -334,7 +336,7 @@ class Learner:
         cfg = self.config
         rollout_state, traj = rollout(
             self.env, self.net, state.params, state.rollout, key, cfg.num_steps, cfg.critic_input,
-            axis_name=self.axis,
+            axis_name=self.axis, unroll=self.unroll.rollout,
         )
         return rollout_state, traj, self.training_data(state, traj, hyper)
 

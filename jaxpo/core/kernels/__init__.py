@@ -12,16 +12,28 @@ a checkpoint trained on one platform runs on another. A kernel set:
   -> (h_L, hs [L, ..., H])``
 * ``dense_pair(x, (k1, b1), (k2, b2), activation) -> (y1, y2)``: two layers on one input
 * ``permutation(key, n) -> int32 [n]``: the epoch shuffle
+
+and the platform's ``unroll``: how many iterations of the rollout, GAE and minibatch
+loops each ``lax.scan`` iteration runs (``Config.unroll`` overrides it for all three).
+Unrolling changes the schedule XLA compiles, not the values.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 
 from jaxpo.core.kernels import cpu, xla
+
+
+class Unroll(NamedTuple):
+    """Iterations per ``lax.scan`` iteration of each per-step loop of an update."""
+
+    rollout: int = 1  # environment + policy steps
+    gae: int = 1  # GAE's backward steps
+    minibatch: int = 1  # an epoch's minibatch updates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +47,7 @@ class Kernels:
         gru_scan: the GRU recurrence over a sequence, differentiable.
         dense_pair: two activated dense layers reading one input.
         permutation: a random permutation of ``range(n)``.
+        unroll: the loops' unrolling on this platform.
     """
 
     name: str
@@ -43,6 +56,7 @@ class Kernels:
     gru_scan: Callable
     dense_pair: Callable
     permutation: Callable
+    unroll: Unroll = Unroll()
 
 
 CPU = Kernels("cpu", cpu.matmul, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
