@@ -11,6 +11,14 @@ import chex
 import jax
 import jax.numpy as jnp
 
+# Steps of the backward recursion per loop iteration. One step is a few tiny kernels
+# (a multiply-add over [E, N], its store, the counter), too few for XLA:GPU to put in a
+# CUDA graph, so each would be its own launch; eight steps per iteration share one graph
+# launch (benchmarks/gpu_kernels.py). The unrolled steps are the same operations, and with
+# the discounts computed before the loop XLA has no product to reorder: the values are
+# bit for bit those of the loop without unrolling (tests/test_gae.py).
+UNROLL = 8
+
 
 def gae(
     rewards: chex.Array,
@@ -63,13 +71,15 @@ def gae(
     not_terminated = 1.0 - terminated.astype(jnp.float32)
     not_done = 1.0 - done.astype(jnp.float32)
     deltas = rewards + gamma * not_terminated * next_values - values
+    # γ λ (1 − done_t), every step's at once: the loop body is one multiply-add.
+    discounts = gamma * gae_lambda * not_done
 
     def backward_step(next_advantage, inputs):
-        delta, continues = inputs
-        advantage = delta + gamma * gae_lambda * continues * next_advantage
+        delta, discount = inputs
+        advantage = delta + discount * next_advantage
         return advantage, advantage
 
     _, advantages = jax.lax.scan(
-        backward_step, jnp.zeros_like(values[0]), (deltas, not_done), reverse=True
+        backward_step, jnp.zeros_like(values[0]), (deltas, discounts), reverse=True, unroll=UNROLL
     )
     return advantages, advantages + values
