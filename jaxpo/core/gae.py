@@ -13,10 +13,11 @@ import jax.numpy as jnp
 
 # Steps of the backward recursion per loop iteration. One step is a few tiny kernels
 # (a multiply-add over [E, N], its store, the counter), too few for XLA:GPU to put in a
-# CUDA graph, so each would be its own launch; eight steps per iteration share one graph
-# launch (benchmarks/gpu_kernels.py). The unrolled steps are the same operations, and with
-# the discounts computed before the loop XLA has no product to reorder: the values are
-# bit for bit those of the loop without unrolling (tests/test_gae.py).
+# CUDA graph, so each is its own launch; XLA:GPU fuses eight unrolled steps into the same
+# few kernels, one launch each per eight steps (benchmarks/gpu_kernels.py). The unrolled
+# steps are the same operations, and with the discounts computed before the loop XLA has
+# no product to reorder: the values are bit for bit those of the loop without unrolling
+# (tests/test_gae.py).
 UNROLL = 8
 
 
