@@ -1,5 +1,7 @@
 """jaxpo.core.gae against a plain-numpy reference; termination vs truncation; traced γ, λ."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -97,3 +99,32 @@ def test_traced_gamma_lambda_vmap(rollout):
         one_adv, one_ret = gae_jit(*rollout, g, l)
         np.testing.assert_allclose(adv, one_adv, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(ret, one_ret, rtol=1e-6, atol=1e-6)
+
+
+def gae_one_step_per_iteration(rewards, values, next_values, terminated, truncated, gamma, lam):
+    """The recursion as a scan of one step per iteration, γ λ (1 − done) multiplied in the body."""
+    gamma, lam = jnp.float32(gamma), jnp.float32(lam)
+    not_done = 1.0 - jnp.logical_or(terminated, truncated).astype(jnp.float32)
+    deltas = rewards + gamma * (1.0 - terminated.astype(jnp.float32)) * next_values - values
+
+    def step(next_advantage, inputs):
+        delta, continues = inputs
+        advantage = delta + gamma * lam * continues * next_advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(step, jnp.zeros_like(values[0]), (deltas, not_done), reverse=True)
+    return advantages, advantages + values
+
+
+@pytest.mark.parametrize("steps, unroll", [(128, 8), (130, 8), (5, 8), (128, 3), (128, 1)])
+def test_unrolled_loop_is_bit_identical(steps, unroll):
+    """The unrolled loop (``unroll`` steps an iteration, discounts made before it) computes
+    the very values of a loop of one step per iteration: rounding included, traced γ and λ."""
+    keys = jax.random.split(jax.random.PRNGKey(steps), 5)
+    shape = (steps, 64, 3)
+    args = [jax.random.normal(k, shape) for k in keys[:3]]
+    args += [jax.random.bernoulli(k, 0.1, shape) for k in keys[3:]]
+    hyper = (jnp.float32(0.99), jnp.float32(0.95))
+    unrolled = jax.jit(functools.partial(gae, unroll=unroll))
+    for got, want in zip(unrolled(*args, *hyper), jax.jit(gae_one_step_per_iteration)(*args, *hyper)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

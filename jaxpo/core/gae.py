@@ -35,7 +35,9 @@ def gae(
         The caller broadcasts per-env flags over the agent axis.
       gamma: scalar discount; may be a traced value.
       gae_lambda: scalar GAE λ; may be a traced value.
-      unroll: backward steps per ``lax.scan`` iteration (the schedule, not the values).
+      unroll: backward steps per ``lax.scan`` iteration. With the discounts computed
+        before the loop XLA has no product to reorder: any unroll gives the values of
+        the loop of one step bit for bit (``tests/test_gae.py``).
 
     Returns:
       ``(advantages, returns)``, float32 ``[T, ...]`` each, with
@@ -65,13 +67,15 @@ def gae(
     not_terminated = 1.0 - terminated.astype(jnp.float32)
     not_done = 1.0 - done.astype(jnp.float32)
     deltas = rewards + gamma * not_terminated * next_values - values
+    # γ λ (1 − done_t), every step's at once: the loop body is one multiply-add.
+    discounts = gamma * gae_lambda * not_done
 
     def backward_step(next_advantage, inputs):
-        delta, continues = inputs
-        advantage = delta + gamma * gae_lambda * continues * next_advantage
+        delta, discount = inputs
+        advantage = delta + discount * next_advantage
         return advantage, advantage
 
     _, advantages = jax.lax.scan(
-        backward_step, jnp.zeros_like(values[0]), (deltas, not_done), reverse=True, unroll=unroll
+        backward_step, jnp.zeros_like(values[0]), (deltas, discounts), reverse=True, unroll=unroll
     )
     return advantages, advantages + values

@@ -60,7 +60,9 @@ class Kernels:
 
 
 CPU = Kernels("cpu", cpu.matmul, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
-XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation)
+# XLA:GPU launches each kernel of a GAE step on its own (too few for a CUDA graph) and
+# fuses eight unrolled steps into the same few kernels (benchmarks/gpu_kernels.py).
+XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=8))
 
 
 def for_platform(platform: str | None = None) -> Kernels:
