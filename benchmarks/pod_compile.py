@@ -13,6 +13,7 @@ choices narrow it):
 
     nice -n 5 /work/venvs/tpu/bin/python benchmarks/pod_compile.py \\
         --out benchmarks/results/pod-compile/tpu.jsonl
+    python benchmarks/pod_compile.py --table benchmarks/results/pod-compile/tpu.jsonl  # Markdown
 
 Programs and layouts:
     chunk     ``Trainer.chunk_runs``, K updates. runs: R runs split over the D devices
@@ -229,6 +230,29 @@ def compile_line(name: str, config_name: str, slice_name: str, layout: str, runs
             "expected": list(expected), "unexpected_collectives": any(k not in expected for k in found)}
 
 
+def table(path: str) -> str:
+    """The lines of ``path`` as a Markdown table: R × E (evaluation: R × episodes), memory
+in MiB per device (bound, arguments, temp)."""
+    mib = lambda b: f"{b / 2 ** 20:,.1f}"
+    rows = ["| program | config | slice (chips / devices / hosts) | layout | R × E | compile s | memory MiB: "
+            "bound · args · temp | collectives (count, bytes) | fits |", "|" + " --- |" * 9]
+    with open(path) as f:
+        for line in map(json.loads, f):
+            where = f"{line['slice']} ({line['chips']} / {line['devices']} / {line['hosts']})"
+            if "error" in line:
+                rows.append(f"| {line['program']} | {line['config']} | {where} | {line['layout']} | | | "
+                            f"error: {line['error'].split('. ')[0]} | | |")
+                continue
+            mem = line["memory"]
+            found = ", ".join(f"{k} {v['count']} ({v['bytes']:,} B)" for k, v in line["collectives"].items())
+            flag = " **unexpected**" if line["unexpected_collectives"] else ""
+            per_run = f"{line['episodes']} episodes" if line["program"] == "evaluate" else line["num_envs"]
+            rows.append(f"| {line['program']} | {line['config']} | {where} | {line['layout']} | {line['num_runs']} × "
+                        f"{per_run} | {line['compile_s']} | {mib(mem['bound'])} · {mib(mem['argument'])} · "
+                        f"{mib(mem['temp'])} | {found or 'none'}{flag} | {'yes' if line['fits'] else '**no**'} |")
+    return "\n".join(rows)
+
+
 def _first_lines(text: str, count: int = 3) -> str:
     return " ".join(line.strip() for line in text.strip().splitlines()[:count])
 
@@ -243,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-per-device", type=int, default=1, help="R = this × D (runs layouts)")
     parser.add_argument("--episodes", type=int, default=32, help="evaluation episodes per run")
     parser.add_argument("--out", help="also append the lines to this file")
+    parser.add_argument("--table", metavar="JSONL", help="print the lines of this file as a Markdown table; no compile")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return 0
     if args.runs_per_device < 1 or args.episodes < 1:
         parser.error("--runs-per-device and --episodes must be positive integers")
     for check in (slice_kind, topology):  # the names first: a bad one costs no libtpu start
