@@ -31,7 +31,7 @@ such (the line's ``num_envs``). jaxpo's programs hold no host callback, so each 
 as it runs. A config that cannot be laid out, or a program that does not trace or
 compile, gives a line with ``error`` (the stage and the exception's first lines).
 
-A line: program, config, slice, chips, devices, hosts, layout, num_runs, num_envs,
+A line: program, config, slice, chips, devices, hosts, layout, num_runs, num_envs, episodes,
 lower_s, compile_s, memory (bytes per device, ``memory_analysis()``'s: argument, output,
 alias, temp, generated_code; peak, XLA's ``peak_memory_in_bytes``; bound, the larger of
 peak and argument + output − alias + temp: on TPU the two disagree either way, a temp of
