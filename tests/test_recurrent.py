@@ -46,12 +46,13 @@ def test_sequence_crossing_a_boundary_equals_a_fresh_sequence_after_it(gru):
     np.testing.assert_allclose(jnp.stack(outs), ys, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("bootstrap", ["gather", "all"])
 @pytest.mark.parametrize("ends", [0, 2, 13], ids=["last_only", "one_block", "several_blocks"])
-def test_bootstrap_values_evaluate_every_ended_step_and_reuse_the_next_value_elsewhere(gru, ends):
+def test_bootstrap_values_evaluate_every_ended_step_and_reuse_the_next_value_elsewhere(gru, ends, bootstrap):
     """``final_value[t]``: where step t ended an episode (or is the last) the critic on
-    the reached observation from the hidden state the step left, evaluated E rows at a
-    time — 13 ended steps of E = 4 envs take four blocks; elsewhere the next step's
-    value, untouched (random values here, so a recomputation would show)."""
+    the reached observation from the hidden state the step left — gathered E rows at a
+    time (13 ended steps of E = 4 envs take four blocks) or all in one pass; elsewhere
+    the next step's value, untouched (random values here, so a recomputation would show)."""
     net, params = gru
     T, E = 6, B
     keys = jax.random.split(jax.random.PRNGKey(7), 5)
@@ -67,7 +68,7 @@ def test_bootstrap_values_evaluate_every_ended_step_and_reuse_the_next_value_els
     traj = Transition(obs=None, action_mask=None, critic_obs=None, carry=carry, first=zeros, action=zeros,
                       log_prob=zeros, value=value, reward=zeros, terminated=jnp.asarray(terminated),
                       truncated=jnp.asarray(truncated), final_value=None, episode_return=zeros, episode_length=zeros)
-    final_value = np.asarray(jax.jit(lambda t, c, x: bootstrap_values(net, params, t, c, x))(traj, last_carry, final_input))
+    final_value = np.asarray(jax.jit(lambda t, c, x: bootstrap_values(net, params, t, c, x, bootstrap))(traj, last_carry, final_input))
 
     after = jax.tree.map(lambda c, last: jnp.concatenate([c[1:], last[None]]), carry, last_carry)
     dense = np.asarray(net.next_value(params, after, final_input))  # every step evaluated

@@ -213,6 +213,7 @@ def rollout(
     policy: Callable[..., Any] | None = None,
     axis_name: str | None = None,
     unroll: int = 1,
+    bootstrap: str = "gather",
 ) -> tuple[RolloutState, Transition]:
     """Runs ``num_steps`` steps of every environment under the current policy.
 
@@ -221,14 +222,18 @@ def rollout(
     distribution``), e.g. a uniform one for baselines; values and hidden states
     still come from the network. Each environment draws its actions and transitions
     from its own key (``env_keys``), so splitting the environments over the devices
-    of ``axis_name`` changes nothing but where they run. ``unroll``: steps per
-    ``lax.scan`` iteration.
+    of ``axis_name`` changes nothing but where they run; those keys are drawn for all
+    steps before the loop, in one batch. ``unroll``: steps per ``lax.scan`` iteration;
+    ``bootstrap``: how ``bootstrap_values`` evaluates the reached observations.
     """
     num_envs = state.episode_length.shape[0]
     sample = jax.vmap(lambda dist, key: dist.sample(seed=key))  # per environment
 
-    def one_step(state: RolloutState, key: jax.Array):
-        key_act, key_env = jnp.swapaxes(jax.vmap(jax.random.split)(env_keys(key, num_envs, axis_name)), 0, 1)
+    def step_keys(key: jax.Array) -> jax.Array:  # [2, E, 2]: each environment's action and step keys
+        return jnp.swapaxes(jax.vmap(jax.random.split)(env_keys(key, num_envs, axis_name)), 0, 1)
+
+    def one_step(state: RolloutState, keys: jax.Array):
+        key_act, key_env = keys
         ts = state.timestep
         critic_obs = critic_features(ts.obs, ts.global_state, critic_input)
         carry, dist, value = net.step(params, state.carry, ts.obs, ts.action_mask, critic_obs, state.first)
@@ -269,12 +274,16 @@ def rollout(
         )
         return varying(state, axis_name), (transition, final_critic_obs)
 
-    state, (traj, final_input) = jax.lax.scan(one_step, state, jax.random.split(key, num_steps), unroll=unroll)
-    return state, traj.replace(final_value=bootstrap_values(net, params, traj, state.carry, final_input))
+    # Every step's keys in one batch: in the loop, the hash rounds of E small splits are a
+    # chain of tiny kernels per step on a GPU; the keys are the same.
+    keys = jax.vmap(step_keys)(jax.random.split(key, num_steps))  # [T, 2, E, 2]
+    state, (traj, final_input) = jax.lax.scan(one_step, state, keys, unroll=unroll)
+    final_value = bootstrap_values(net, params, traj, state.carry, final_input, bootstrap)
+    return state, traj.replace(final_value=final_value)
 
 
 def bootstrap_values(net: ActorCritic, params: Any, traj: Transition, last_carry: dict[str, jax.Array],
-                     final_input: jax.Array) -> jax.Array:
+                     final_input: jax.Array, bootstrap: str = "gather") -> jax.Array:
     """``final_value [T, E, N]`` of a rollout ``traj`` (leaves ``[T, E, ...]``): the
     critic's value of the observation each step reached, before any reset.
 
@@ -283,8 +292,11 @@ def bootstrap_values(net: ActorCritic, params: Any, traj: Transition, last_carry
     steps that ended an episode (few: about E·T / episode length) need a pass of their
     own, on ``final_input [T, E, N, C]`` (the critic's input of the reached observation)
     and the hidden state the step left (``traj.carry[t + 1]``, ``last_carry [E, N, H]``
-    for the last): those are gathered E at a time and evaluated in blocks until none is
-    left, instead of a second critic pass at every step of the rollout.
+    for the last). ``bootstrap`` "gather": those are gathered E at a time and evaluated
+    in blocks until none is left, instead of a second critic pass at every step of the
+    rollout (a loop whose length depends on the data); "all": one critic pass over all
+    T·E reached observations, kept where needed (no data-dependent loop: on a GPU each of
+    its iterations waits for the device to say whether another is needed).
     """
     num_steps, num_envs = traj.terminated.shape
     size = num_steps * num_envs
@@ -292,6 +304,12 @@ def bootstrap_values(net: ActorCritic, params: Any, traj: Transition, last_carry
     final_value = jnp.concatenate([traj.value[1:], jnp.zeros_like(traj.value[:1])]).reshape(size, -1)
     after = jax.tree.map(lambda c, last: jnp.concatenate([c[1:], last[None]]), traj.carry, last_carry)
     rows = lambda x, index: x.reshape(size, *x.shape[2:])[index]  # [T, E, ...] at flat indices
+    if bootstrap == "all":
+        flat = lambda x: x.reshape(size, *x.shape[2:])
+        values = net.next_value(params, jax.tree.map(flat, after), flat(final_input))
+        return jnp.where(left[:, None], values, final_value).reshape(traj.value.shape)
+    if bootstrap != "gather":
+        raise ValueError(f"bootstrap must be 'gather' or 'all', got {bootstrap!r}")
 
     def block(carry):
         final_value, left = carry

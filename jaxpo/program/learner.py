@@ -99,7 +99,8 @@ class Learner:
 
     def __init__(self, config: Config, axis: str | None = None, platform: str | None = None):
         self.config, self.axis, self.platform = config, axis, platform
-        self.unroll = for_platform(platform).unroll if config.unroll is None else Unroll(*[config.unroll] * 3)
+        self.kernels = for_platform(platform)
+        self.unroll = self.kernels.unroll if config.unroll is None else Unroll(*[config.unroll] * 3)
         self.env = envs.AutoReset(config.make_env())
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
         conv = config.cnn_layers(self.env)
@@ -336,7 +337,7 @@ class Learner:
         cfg = self.config
         rollout_state, traj = rollout(
             self.env, self.net, state.params, state.rollout, key, cfg.num_steps, cfg.critic_input,
-            axis_name=self.axis, unroll=self.unroll.rollout,
+            axis_name=self.axis, unroll=self.unroll.rollout, bootstrap=self.kernels.bootstrap,
         )
         return rollout_state, traj, self.training_data(state, traj, hyper)
 

@@ -13,9 +13,11 @@ a checkpoint trained on one platform runs on another. A kernel set:
 * ``dense_pair(x, (k1, b1), (k2, b2), activation) -> (y1, y2)``: two layers on one input
 * ``permutation(key, n) -> int32 [n]``: the epoch shuffle
 
-and the platform's ``unroll``: how many iterations of the rollout, GAE and minibatch
-loops each ``lax.scan`` iteration runs (``Config.unroll`` overrides it for all three).
-Unrolling changes the schedule XLA compiles, not the values.
+and two choices of schedule, which change how the values are computed, not the values:
+the platform's ``unroll`` (how many iterations of the rollout, GAE and minibatch loops
+each ``lax.scan`` iteration runs; ``Config.unroll`` overrides it for all three) and its
+``bootstrap`` (``jaxpo.core.rollout.bootstrap_values``: the few reached observations
+gathered in a data-dependent loop, or all of them in one pass).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Kernels:
         dense_pair: two activated dense layers reading one input.
         permutation: a random permutation of ``range(n)``.
         unroll: the loops' unrolling on this platform.
+        bootstrap: ``"gather"`` or ``"all"`` (``jaxpo.core.rollout.bootstrap_values``).
     """
 
     name: str
@@ -57,12 +60,14 @@ class Kernels:
     dense_pair: Callable
     permutation: Callable
     unroll: Unroll = Unroll()
+    bootstrap: str = "gather"
 
 
 CPU = Kernels("cpu", cpu.matmul, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
 # XLA:GPU launches each kernel of a GAE step on its own (too few for a CUDA graph) and
-# fuses eight unrolled steps into the same few kernels (benchmarks/gpu_kernels.py).
-XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=8))
+# fuses eight unrolled steps into the same few kernels; the bootstrap's data-dependent
+# loop costs a device-to-host wait per iteration (benchmarks/gpu_kernels.py).
+XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=8), "all")
 
 
 def for_platform(platform: str | None = None) -> Kernels:
