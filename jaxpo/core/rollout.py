@@ -252,7 +252,7 @@ def rollout(
             action_mask=ts.action_mask,
             critic_obs=None if critic_input == "local" else critic_obs,
             carry=state.carry,
-            first=state.first,
+            first=None,  # the previous step's done: after the scan
             action=action if net.continuous else action.astype(jnp.int32),
             log_prob=log_prob,
             value=value,
@@ -277,7 +277,10 @@ def rollout(
     # Every step's keys in one batch: in the loop, the hash rounds of E small splits are a
     # chain of tiny kernels per step on a GPU; the keys are the same.
     keys = jax.vmap(step_keys)(jax.random.split(key, num_steps))  # [T, 2, E, 2]
+    first = state.first
     state, (traj, final_input) = jax.lax.scan(one_step, state, keys, unroll=unroll)
+    # A step starts an episode where the one before it ended: one store fewer per step.
+    traj = traj.replace(first=jnp.concatenate([first[None], (traj.terminated | traj.truncated)[:-1]]))
     final_value = bootstrap_values(net, params, traj, state.carry, final_input, bootstrap)
     return state, traj.replace(final_value=final_value)
 
