@@ -116,7 +116,7 @@ def gae_one_step_per_iteration(rewards, values, next_values, terminated, truncat
     return advantages, advantages + values
 
 
-@pytest.mark.parametrize("steps, unroll", [(128, 8), (130, 8), (5, 8), (128, 3), (128, 1)])
+@pytest.mark.parametrize("steps, unroll", [(128, 8), (130, 8), (5, 8), (128, 3), (128, 1), (128, True)])
 def test_unrolled_loop_is_bit_identical(steps, unroll):
     """The unrolled loop (``unroll`` steps an iteration, discounts made before it) computes
     the very values of a loop of one step per iteration: rounding included, traced γ and λ."""

@@ -20,7 +20,7 @@ def gae(
     truncated: chex.Array,
     gamma: chex.Numeric,
     gae_lambda: chex.Numeric,
-    unroll: int = 1,
+    unroll: int | bool = 1,
 ) -> tuple[chex.Array, chex.Array]:
     """Generalised advantage estimates and λ-returns, computed backwards in time.
 
@@ -35,7 +35,7 @@ def gae(
         The caller broadcasts per-env flags over the agent axis.
       gamma: scalar discount; may be a traced value.
       gae_lambda: scalar GAE λ; may be a traced value.
-      unroll: backward steps per ``lax.scan`` iteration. With the discounts computed
+      unroll: backward steps per ``lax.scan`` iteration (True: all, no loop). With the discounts computed
         before the loop XLA has no product to reorder: any unroll gives the values of
         the loop of one step bit for bit (``tests/test_gae.py``).
 

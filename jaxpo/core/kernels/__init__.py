@@ -31,11 +31,12 @@ from jaxpo.core.kernels import cpu, xla
 
 
 class Unroll(NamedTuple):
-    """Iterations per ``lax.scan`` iteration of each per-step loop of an update."""
+    """Iterations per ``lax.scan`` iteration of each per-step loop of an update (True:
+    the whole loop, no loop left)."""
 
-    rollout: int = 1  # environment + policy steps
-    gae: int = 1  # GAE's backward steps
-    minibatch: int = 1  # an epoch's minibatch updates
+    rollout: int | bool = 1  # environment + policy steps
+    gae: int | bool = 1  # GAE's backward steps
+    minibatch: int | bool = 1  # an epoch's minibatch updates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +66,9 @@ class Kernels:
 
 CPU = Kernels("cpu", cpu.matmul, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
 # XLA:GPU launches each kernel of a GAE step on its own (too few for a CUDA graph) and
-# fuses eight unrolled steps into the same few kernels; the bootstrap's data-dependent
-# loop costs a device-to-host wait per iteration (benchmarks/gpu_kernels.py).
-XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=8), "all")
+# fuses the whole unrolled recursion into the few kernels of one step; the bootstrap's
+# data-dependent loop costs a device-to-host wait per iteration (benchmarks/gpu_kernels.py).
+XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=True), "all")
 
 
 def for_platform(platform: str | None = None) -> Kernels:
