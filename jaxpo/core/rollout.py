@@ -148,12 +148,19 @@ def epochs(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, data: Any, k
     iteration. Returns ``(carry, metrics)``, metrics leaves
     ``[num_epochs, num_minibatches, ...]``."""
     batch_size = jax.tree.leaves(data)[0].shape[0]
+    layout = []
+
+    def minibatch(carry, rows):
+        carry, metrics = step(carry, take_rows(data, rows))
+        stored, layout[:] = pack(metrics, lead=0)  # one store of all the metrics
+        return carry, stored
 
     def epoch(carry, epoch_key):
         rows = minibatch_rows(epoch_key, batch_size, num_minibatches, platform)
-        return jax.lax.scan(lambda c, r: step(c, take_rows(data, r)), carry, rows, unroll=unroll)
+        return jax.lax.scan(minibatch, carry, rows, unroll=unroll)
 
-    return jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
+    carry, stored = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
+    return carry, unpack(stored, *layout)
 
 
 def to_sequences(x: jax.Array, seq_len: int) -> jax.Array:
@@ -288,28 +295,29 @@ def rollout(
     return state, traj.replace(final_value=final_value)
 
 
-def pack(tree: Any) -> tuple[dict[str, jax.Array], tuple[Any, list]]:
-    """One step's outputs (leaves ``[E, ...]``) as one ``[E, K]`` array per dtype, and the
-    layout ``unpack`` undoes it with. A scan stacks each output apart, a store into
-    ``[T, ...]`` every step; on a GPU each is a kernel XLA launches on its own, outside
-    the step's CUDA graph: a few wide stores instead of a dozen narrow ones."""
+def pack(tree: Any, lead: int = 1) -> tuple[dict[str, jax.Array], tuple[Any, list]]:
+    """A loop iteration's outputs (leaves sharing ``lead`` leading axes, e.g. ``[E, ...]``)
+    as one ``[*lead axes, K]`` array per dtype, and the layout ``unpack`` undoes it with.
+    A scan stacks each output apart, a store every iteration; on a GPU each is a kernel
+    XLA launches on its own, outside the iteration's CUDA graph: a few wide stores
+    instead of a dozen narrow ones."""
     leaves, treedef = jax.tree.flatten(tree)
     groups: dict[str, list[jax.Array]] = {}
     for leaf in leaves:
-        groups.setdefault(leaf.dtype.name, []).append(leaf.reshape(leaf.shape[0], -1))
-    packed = {name: jnp.concatenate(parts, axis=1) for name, parts in groups.items()}
-    return packed, (treedef, [(leaf.dtype.name, leaf.shape[1:]) for leaf in leaves])
+        groups.setdefault(leaf.dtype.name, []).append(leaf.reshape(*leaf.shape[:lead], -1))
+    packed = {name: jnp.concatenate(parts, axis=lead) for name, parts in groups.items()}
+    return packed, (treedef, [(leaf.dtype.name, leaf.shape[lead:]) for leaf in leaves])
 
 
 def unpack(stacked: dict[str, jax.Array], treedef: Any, specs: list) -> Any:
-    """``pack``'s outputs stacked by a scan (``[T, E, K]`` per dtype) as the tree of
-    ``[T, E, ...]`` leaves they came from."""
+    """``pack``'s outputs stacked by scans (``[..., K]`` per dtype, e.g. ``[T, E, K]``)
+    as the tree of ``[..., *shape]`` leaves they came from."""
     offsets = dict.fromkeys(stacked, 0)
     leaves = []
     for name, shape in specs:
         size, start = math.prod(shape), offsets[name]
-        block = stacked[name][:, :, start:start + size]
-        leaves.append(block.reshape(*block.shape[:2], *shape))
+        block = stacked[name][..., start:start + size]
+        leaves.append(block.reshape(*block.shape[:-1], *shape))
         offsets[name] = start + size
     return jax.tree.unflatten(treedef, leaves)
 
