@@ -5,6 +5,7 @@ Run (defaults: public_goods, 4 envs × 8 steps, one update a chunk, 10,000 updat
     python benchmarks/memory.py                      # both variants, one subprocess each
     python benchmarks/memory.py --updates 3000       # shorter, on a busy machine
     python benchmarks/memory.py --tracemalloc        # also the Python allocations that grew most
+    python benchmarks/memory.py --variants full --checkpoint-every 10   # 1,000 saves in 10,000 updates
 
 Variants (each in a fresh subprocess, so one does not see the other's memory):
     plain   ``jaxpo train``'s defaults: the metrics CSV, a final checkpoint.
@@ -12,7 +13,8 @@ Variants (each in a fresh subprocess, so one does not see the other's memory):
             TensorBoard.
 
 Lines:
-    kind "rss"    variant, update, rss_mib: VmRSS (``/proc/self/status``) every 1,000 updates.
+    kind "rss"    variant (and the full one's checkpoint_every), update, rss_mib: VmRSS
+                  (``/proc/self/status``) every 1,000 updates.
     kind "slope"  variant, kib_per_10k_updates: the least-squares slope of RSS over the
                   samples after the first quarter of the run (warm-up: compiles, caches),
                   per 10,000 updates; the goal is under 1,024 KiB both ways.
@@ -52,6 +54,7 @@ def run_variant(variant: str, updates: int, trace: bool, checkpoint_every: int =
     from jaxpo.run.events import Hook
 
     steps_per_update = 4 * 8
+    tag = {"variant": variant, **({"checkpoint_every": checkpoint_every} if variant == "full" else {})}
     samples: list[tuple[int, float]] = []
     snapshots = []
 
@@ -60,7 +63,7 @@ def run_variant(variant: str, updates: int, trace: bool, checkpoint_every: int =
             update = int(event.updates[-1])
             if update % SAMPLE_EVERY == 0:
                 samples.append((update, rss_mib()))
-                print(json.dumps({"kind": "rss", "variant": variant, "update": update, "rss_mib": round(samples[-1][1], 2)}),
+                print(json.dumps({"kind": "rss", **tag, "update": update, "rss_mib": round(samples[-1][1], 2)}),
                       flush=True)
                 if trace and update in (updates // 4 // SAMPLE_EVERY * SAMPLE_EVERY or SAMPLE_EVERY, updates):
                     snapshots.append(tracemalloc.take_snapshot())
@@ -79,11 +82,11 @@ def run_variant(variant: str, updates: int, trace: bool, checkpoint_every: int =
     if len(late) >= 2:
         u, r = np.array(late).T
         slope = np.polyfit(u, r, 1)[0] * 1024 * 10_000  # KiB per 10,000 updates
-        print(json.dumps({"kind": "slope", "variant": variant, "kib_per_10k_updates": round(float(slope), 1)}),
+        print(json.dumps({"kind": "slope", **tag, "kib_per_10k_updates": round(float(slope), 1)}),
               flush=True)
     if len(snapshots) == 2:
         for stat in snapshots[1].compare_to(snapshots[0], "traceback")[:8]:
-            print(json.dumps({"kind": "top", "variant": variant, "size_diff_kib": round(stat.size_diff / 1024, 1),
+            print(json.dumps({"kind": "top", **tag, "size_diff_kib": round(stat.size_diff / 1024, 1),
                               "count_diff": stat.count_diff, "where": stat.traceback.format()[-6:]}), flush=True)
 
 

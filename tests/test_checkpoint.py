@@ -281,3 +281,26 @@ def test_checkpoints_that_hold_the_metrics_still_resume(straight, monkeypatch, t
     os.remove(os.path.join(run_dir, "metrics.csv"))  # its rows come from the checkpoint
     resume(run_dir)
     assert_same_run(run_dir, straight_dir)
+
+
+def test_the_spec_json_orbax_asks_for_every_array_is_the_same_and_not_leaked():
+    """``ocp_module`` swaps tensorstore's ``KvStore.Spec.to_json`` (which leaks every string
+    it returns) for one that gives the same JSON and whose strings are freed."""
+    import tensorstore as ts
+
+    from jaxpo.run.orbax_store import ocp_module
+
+    ocp_module()
+    ocp_module()  # swapped once: the original stays the fallback
+    assert ts.KvStore.Spec.to_json.jaxpo_without_leak
+    specs = [{"driver": "file", "path": "/tmp/a b/q'uote/"}, {"driver": "file", "path": "/tmp/ünï/"},
+             {"driver": "ocdbt", "base": {"driver": "file", "path": "/tmp/x/", "file_io_locking": {"mode": "non_atomic"}},
+              "cache_pool": "cache_pool#ocdbt", "target_data_file_size": 1000, "path": "a/b"},
+             {"driver": "memory"}, {"driver": "file", "path": "/tmp/x/", "file_io_sync": False}]
+    for d in specs:
+        spec = ts.KvStore.Spec(d)
+        assert spec.to_json() == d
+        assert ts.KvStore.Spec(spec.to_json(include_defaults=True)) == spec
+    path = ts.KvStore.Spec({"driver": "file", "path": "/tmp/one/path/"}).to_json()["path"]
+    references = sys.getrefcount(path)  # this name's and the call's (tensorstore's own: one more, never dropped)
+    assert references == 2
