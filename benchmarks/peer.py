@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--num-envs", type=positive_int, default=None, help="E (default: the configs' own)")
         q.add_argument("--seeds", type=positive_int, default=1, help="R runs in one program (peer: vmap over keys)")
         q.add_argument("--xla-flags", type=xla_flags, default="", help="XLA_FLAGS for both sides, after an equals sign: --xla-flags='--xla_A=1 --xla_B=2'")
-        q.add_argument("--timeout", type=seconds, default=900.0, help="seconds per process")
+        q.add_argument("--timeout", type=seconds, default=900.0, help="seconds per measuring process (jaxpo's throughput.py parent: 30 more)")
         if name == "pair":
             q.add_argument("--pairs", type=positive_int, default=3, help="pairs of processes, alternating order")
         q.set_defaults(parser=q)
@@ -359,13 +359,14 @@ def run_side(which: str, args, backend: str, commit: str | None) -> dict:
     print(f"[peer] {which} {args.setting} E={args.num_envs} R={args.seeds} options={args.options} "
           f"XLA_FLAGS={env.get('XLA_FLAGS', '')!r}", file=sys.stderr, flush=True)
     out, error = {}, None
+    limit = args.timeout + (30 if which == "jaxpo" else 0)  # throughput.py's parent gives its child args.timeout
     try:
-        proc = subprocess.run(side_argv(which, args), env=env, stdout=subprocess.PIPE, text=True, timeout=args.timeout + 60)
+        proc = subprocess.run(side_argv(which, args), env=env, stdout=subprocess.PIPE, text=True, timeout=limit)
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         out = lines[-1] if lines else {}
         error = out.get("error") or (None if proc.returncode == 0 and out else f"exit {proc.returncode}")
     except subprocess.TimeoutExpired:
-        error = f"timed out after {args.timeout + 60:g} s"
+        error = f"timed out after {limit:g} s"
     if which == "jaxpo" and out and not error:  # throughput.py's train line, in this harness's fields
         out = dict(num_steps=out["num_steps"], calls=out["chunks_timed"], **{k: out[k] for k in JAXPO_FIELDS},
                    jaxpo_commit=commit, config={k: out.get(k) for k in JAXPO_KEYS})
