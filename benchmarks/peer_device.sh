@@ -7,8 +7,9 @@
 # the device, so name jaxpo's commit):
 #   run(command="JAXPO_COMMIT=<short sha> bash benchmarks/peer_device.sh", carry=[".whl", ".peer"], timeout_s=540)
 # Every step has its own time limit (460 s together; with the install, under 8 minutes) and
-# appends to $OUT/peer_gpu.jsonl as it goes, so a step that runs long costs only itself. One pair a setting (peer, then jaxpo), one
-# warm-up call, two timed calls, jaxpo's options (off CPU: XLA's defaults on both sides):
+# appends to $OUT/peer_gpu.jsonl as it goes, so a step that runs long costs only itself.
+# One pair a setting (peer, then jaxpo), one warm-up call, two timed calls, jaxpo's options
+# (off CPU those are XLA's defaults: neither side gets any):
 #   MPE ippo_ff_mpe   E = 1024, 4096, 16384; 16 seeds x 1024 envs; 1024 runs x 16 envs
 #   SMAX ippo_rnn_smax  E = 128, 1024
 # Seeds: the peer's make_train vmapped over keys by the harness, as the script's own main
