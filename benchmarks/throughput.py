@@ -28,8 +28,8 @@ Fields of every line:
                     computing what a rollout reads of each step and no more; "raw":
                     the JaxMARL environment's own ``step`` likewise (its observations
                     carried, so XLA cannot drop them). Every program measured compiles
-                    with jaxpo's XLA options (``jaxpo.program.compiled.compiler_options``),
-                    the command line's over them.
+                    with jaxpo's XLA options (``jaxpo.program.compiled.compiler_options``;
+                    XLA's defaults with ``--xla-defaults``), the command line's over them.
     env, env_kwargs, num_envs (E per run), num_steps (T), num_agents (N), runs (R,
                     vmapped seeds), backend (``jax.default_backend()``), device_kind,
                     num_devices, jax_version, jaxpo_version.
