@@ -28,14 +28,16 @@ Fields of every line:
                     computing what a rollout reads of each step and no more; "raw":
                     the JaxMARL environment's own ``step`` likewise (its observations
                     carried, so XLA cannot drop them). Every program measured compiles
-                    with jaxpo's XLA options (``jaxpo.program.compiled.compiler_options``),
-                    the command line's over them.
+                    with jaxpo's XLA options (``jaxpo.program.compiled.compiler_options``;
+                    XLA's defaults with ``--xla-defaults``), the command line's over them.
     env, env_kwargs, num_envs (E per run), num_steps (T), num_agents (N), runs (R,
                     vmapped seeds), backend (``jax.default_backend()``), device_kind,
                     num_devices, jax_version, jaxpo_version.
     backend_opt_level, xla_options
                     ``--backend-opt-level`` and the ``--xla-option`` pairs (null: none,
                     jaxpo's own compiler options).
+    xla_defaults    ``--xla-defaults``: true when the programs compiled with XLA's default
+                    options instead of jaxpo's (the command line's still over them).
     compile_s       seconds to lower + compile the timed function (``.lower().compile()``).
     timed_s         wall seconds of the timed calls (after ``--warmup`` untimed calls),
                     ended by ``jax.block_until_ready``: at least ``--chunks`` train calls /
@@ -144,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend-opt-level", type=int, choices=(0, 1, 2, 3), default=None,
                    help="compile at this XLA backend (LLVM) optimisation level instead of "
                         "jaxpo's choice (jaxpo.program.compiled.compiler_options; XLA's default is 3)")
+    p.add_argument("--xla-defaults", action="store_true",
+                   help="compile with XLA's default options, not jaxpo's (the chunk's trainer is built while "
+                        "jaxpo.program.compiled.compiler_options answers None); --backend-opt-level and "
+                        "--xla-option still apply over them")
     p.add_argument("--xla-option", action="append", type=parse_xla_option, default=[], metavar="NAME=VALUE",
                    help="an XLA option over jaxpo's (repeatable; e.g. xla_cpu_experimental_ynn_fusion_type="
                         "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE, XLA's CPU default)")
@@ -165,14 +171,31 @@ def parse_xla_option(text: str) -> tuple[str, object]:
 
 def xla_options(args) -> dict:
     """The XLA options of every measured program: jaxpo's own on this backend
-    (``compiler_options``) with the command line's (``--backend-opt-level``,
-    ``--xla-option``) over them."""
+    (``compiler_options``; none with ``--xla-defaults``) with the command line's
+    (``--backend-opt-level``, ``--xla-option``) over them."""
     import jax
 
     from jaxpo.program.compiled import compiler_options
 
     level = {} if args.backend_opt_level is None else {"xla_backend_optimization_level": args.backend_opt_level}
-    return {**(compiler_options(jax.default_backend()) or {}), **level, **dict(args.xla_option)}
+    own = {} if getattr(args, "xla_defaults", False) else compiler_options(jax.default_backend()) or {}
+    return {**own, **level, **dict(args.xla_option)}
+
+
+def make_trainer(config, xla_defaults: bool = False):
+    """jaxpo's ``Trainer`` for ``config`` (``jaxpo.trainer``, cached). With ``xla_defaults``
+    a new one, built while ``jaxpo.program.compiled.compiler_options`` answers None: its
+    jitted chunk then carries no options of jaxpo's, as ``compile`` adds to a jit's own
+    options rather than replacing them."""
+    from unittest import mock
+
+    import jaxpo
+    from jaxpo.program import compiled
+
+    if not xla_defaults:
+        return jaxpo.trainer(config)
+    with mock.patch.object(compiled, "compiler_options", lambda platform: None):
+        return compiled.Trainer(config)
 
 
 def rss_mib() -> float:
@@ -213,6 +236,7 @@ def _common(args, env) -> dict:
         jaxpo_version=jaxpo.__version__,
         backend_opt_level=args.backend_opt_level,
         xla_options=dict(args.xla_option) or None,
+        xla_defaults=args.xla_defaults,
     )
 
 
@@ -238,7 +262,7 @@ def _measure_train(args) -> dict:
         scheme=args.scheme,
         share_params=args.scheme == "simultaneous",
     ) if args.config is None else _file_config(args.config, num_envs, args.updates_per_chunk)
-    tr = jaxpo.trainer(config)
+    tr = make_trainer(config, args.xla_defaults)
     sup = jaxpo.make_support(args.preset, tr.num_agents, coupling=tr.env.coupling)
     hyper, seeds, _ = jaxpo.runs(sup, seeds=range(args.seeds))
     keys = jax.vmap(jax.random.PRNGKey)(jax.numpy.asarray(seeds, jax.numpy.uint32))
@@ -482,6 +506,8 @@ def _child_argv(args, num_envs: int, runs: int) -> list[str]:
         argv += ["--config", args.config]
     if args.backend_opt_level is not None:
         argv += ["--backend-opt-level", str(args.backend_opt_level)]
+    if args.xla_defaults:
+        argv.append("--xla-defaults")
     for name, value in args.xla_option:
         argv += ["--xla-option", f"{name}={value}"]
     if args.recurrent:

@@ -1,0 +1,132 @@
+"""The peer harness (``benchmarks/peer.py``) without the peer's code or any timing: its
+arguments refused by name before anything compiles, the compiler options each side gets
+(none of jaxpo's with ``--options default``; exactly jaxpo's on both with ``--options
+jaxpo``), the alternating order and the ratio arithmetic.
+
+Modules under test: ``benchmarks/peer.py`` and ``benchmarks/throughput.py``'s
+``--xla-defaults``."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import peer  # noqa: E402
+import throughput  # noqa: E402
+
+import jaxpo  # noqa: E402
+from jaxpo.program import compiled  # noqa: E402
+
+CPU_FLAGS = " ".join(f"--{name}={value}" for name, value in compiled.CPU_COMPILER_OPTIONS.items())
+
+
+def refusal(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        peer.main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--setting", "smax", "--pairs", "0"], "argument --pairs: must be a positive integer, got '0'"),
+    (["--setting", "go"], "argument --setting: invalid choice: 'go'"),
+    (["--setting", "mpe", "--updates", "two"], "argument --updates"),
+    (["--setting", "mpe", "--warmup", "-1"], "argument --warmup"),
+    (["--setting", "mpe", "--xla-flags=-O3"], "argument --xla-flags: each flag must look like --xla_NAME=VALUE, got '-O3'"),
+    (["--setting", "smax", "--num-envs", "6"], "argument --num-envs: Config.num_minibatches (4) must divide"),
+])
+def test_bad_arguments_are_refused_by_name(capsys, argv, named):
+    assert named in refusal(capsys, ["pair", *argv])
+
+
+def test_xla_flags_are_given_with_an_equals_sign():
+    flags = "--xla_backend_optimization_level=2 --xla_cpu_enable_fast_math=false"
+    args = peer.build_parser().parse_args(["pair", "--setting", "mpe", f"--xla-flags={flags}"])
+    assert args.xla_flags == flags and args.options == "default" and args.pairs == 3
+
+
+def write_peer(folder: Path, minibatches: int) -> None:
+    (folder / "config").mkdir(parents=True)
+    (folder / "ippo_ff_mpe.py").write_text("def make_train(config):\n    raise AssertionError\n")
+    (folder / "COMMIT.json").write_text(json.dumps({"commit": "0" * 40}))
+    (folder / "config" / "ippo_ff_mpe.yaml").write_text(
+        f'"ENV_NAME": "MPE_simple_spread_v3"\n"NUM_ENVS": 16\n"NUM_STEPS": 128\n"TOTAL_TIMESTEPS": 1e7\n'
+        f'"UPDATE_EPOCHS": 4\n"NUM_MINIBATCHES": {minibatches}\n"LR": 2.5e-4\n')
+
+
+def test_a_missing_peer_or_unequal_work_is_refused_before_compiling(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(peer, "PEER_DIR", tmp_path / "none")
+    err = refusal(capsys, ["pair", "--setting", "mpe"])
+    assert "argument --setting" in err and "fetch --from" in err and "github:FLAIROx/JaxMARL" in err
+    monkeypatch.setattr(peer, "PEER_DIR", tmp_path / "jaxmarl")
+    write_peer(tmp_path / "jaxmarl", minibatches=2)
+    err = refusal(capsys, ["pair", "--setting", "mpe"])
+    assert "configs differ: num_minibatches 4 != NUM_MINIBATCHES 2" in err
+
+
+def test_the_peer_config_is_its_yaml_with_envs_and_total_steps_only(monkeypatch, tmp_path):
+    monkeypatch.setattr(peer, "PEER_DIR", tmp_path)
+    write_peer(tmp_path, minibatches=4)
+    assert peer.peer_yaml(tmp_path / "config" / "ippo_ff_mpe.yaml")["TOTAL_TIMESTEPS"] == 1e7  # a float, as hydra reads it
+    config = peer.peer_config("mpe", num_envs=1024, updates=3)
+    assert config == {"ENV_NAME": "MPE_simple_spread_v3", "NUM_ENVS": 1024, "NUM_STEPS": 128,
+                      "TOTAL_TIMESTEPS": 3 * 1024 * 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "LR": 2.5e-4}
+    assert peer.unequal_work(peer.jaxpo_config("mpe", 1024, 3), config) == []
+
+
+def args_for(options: str, flags: str = "") -> argparse.Namespace:
+    return argparse.Namespace(setting="mpe", options=options, xla_flags=flags, num_envs=16, seeds=2, warmup=1,
+                              updates=3, calls=2, timeout=60.0)
+
+
+def test_each_side_gets_the_same_options(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", CPU_FLAGS)  # an inherited XLA_FLAGS reaches neither side
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/tmp/cache")
+    for side in ("peer", "jaxpo"):
+        env = peer.side_env(side, args_for("default"), "cpu")
+        assert "XLA_FLAGS" not in env and "JAX_COMPILATION_CACHE_DIR" not in env
+    assert peer.side_env("peer", args_for("jaxpo"), "cpu")["XLA_FLAGS"] == CPU_FLAGS
+    assert "XLA_FLAGS" not in peer.side_env("jaxpo", args_for("jaxpo"), "cpu")  # jaxpo passes them to compile
+    assert "XLA_FLAGS" not in peer.side_env("peer", args_for("jaxpo"), "gpu")  # off CPU jaxpo keeps XLA's defaults
+    mine = "--xla_backend_optimization_level=2"  # a flag the user names is theirs on both sides
+    assert peer.side_env("peer", args_for("jaxpo", mine), "cpu")["XLA_FLAGS"] == \
+        f"{mine} --xla_cpu_experimental_ynn_fusion_type="
+    assert peer.side_env("jaxpo", args_for("jaxpo", mine), "cpu")["XLA_FLAGS"] == mine
+    assert peer.options_in_effect("jaxpo", "cpu", mine) == {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def test_jaxpo_with_default_options_compiles_with_none_of_its_own(monkeypatch):
+    """``--options default`` gives throughput.py ``--xla-defaults``, whose trainer's chunk then
+    carries no compiler options (``compile`` adds its own to the jit's); the control, built the
+    usual way while jaxpo's CPU options are on (the tests' XLA_FLAGS otherwise name them), carries them."""
+    monkeypatch.setattr(compiled, "_cpu_compiler_options", lambda: dict(compiled.CPU_COMPILER_OPTIONS))
+    parse = throughput.build_parser().parse_args
+    default, own = (parse(peer.side_argv("jaxpo", args_for(o))[2:]) for o in ("default", "jaxpo"))
+    assert default.xla_defaults and not own.xla_defaults
+    assert throughput.xla_options(default) == {}
+    assert throughput.xla_options(own) == compiled.CPU_COMPILER_OPTIONS
+    config = jaxpo.Config(env="public_goods", env_kwargs={"num_agents": 2}, num_envs=3, num_steps=2, hidden=(4,),
+                          num_minibatches=1, num_epochs=1)
+    hyper = jax.tree.map(lambda x: x[None], jaxpo.Hyper.create(jaxpo.support.ippo(2)))
+    state = jax.eval_shape(jaxpo.trainer(config).init_runs, jax.random.split(jax.random.PRNGKey(0), 1), hyper)
+    for xla_defaults, expected in ((True, ()), (False, tuple(compiled.CPU_COMPILER_OPTIONS.items()))):
+        tr = throughput.make_trainer(config, xla_defaults) if xla_defaults else compiled.Trainer(config)
+        assert tr.compiler_options == (None if xla_defaults else compiled.CPU_COMPILER_OPTIONS)
+        lowered = tr.chunk_runs.lower(state, hyper)
+        assert tuple(lowered._lowering._compiler_options_kvs) == expected  # what compile() starts from
+
+
+def test_sides_alternate_and_ratios_are_jaxpo_over_peer():
+    assert [s for _, s in peer.schedule(3)] == ["peer", "jaxpo", "jaxpo", "peer", "peer", "jaxpo"]
+    line = peer.pair_line(1, {"peer": {"env_steps_per_s": 40_000.0}, "jaxpo": {"env_steps_per_s": 52_000.0}})
+    assert line["ratio"] == 1.3 and line["order"] == ["jaxpo", "peer"] and line["pair"] == 2
+    failed = peer.pair_line(0, {"peer": {"error": "exit 1"}, "jaxpo": {"env_steps_per_s": 52_000.0}})
+    assert failed["ratio"] is None
+    summary = peer.summarise([{"ratio": 1.3}, {"ratio": 0.9}, failed, {"ratio": 1.1}])
+    assert summary["ratios"] == [1.3, 0.9, 1.1] and summary["pairs"] == 4
+    assert (summary["ratio_min"], summary["ratio_median"], summary["ratio_max"]) == (0.9, 1.1, 1.3)
+    assert peer.summarise([{"ratio": 1.0}, {"ratio": 1.5}])["ratio_median"] == 1.25
