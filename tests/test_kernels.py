@@ -180,3 +180,32 @@ def test_unroll_must_be_a_positive_integer(unroll):
 
     with pytest.raises(ValueError, match=r"config\.unroll|Config\.unroll"):
         Config(unroll=unroll)
+
+
+def test_packed_stores_hold_the_same_rollout_and_metrics():
+    """``rollout.Stores``: a rollout whose steps store one wide array per dtype (XLA's
+    schedule) gives the very ``Transition`` of one that stores each output apart, recurrent
+    hidden states and per-env flags included; a minibatch's scalar metrics likewise."""
+    from jaxpo import Config, Hyper
+    from jaxpo.core import support
+    from jaxpo.core.rollout import Stores, rollout
+    from jaxpo.program.learner import Learner
+
+    config = Config(env="traffic_grid", env_kwargs={"rows": 2, "cols": 2, "max_steps": 5}, num_envs=4, num_steps=8,
+                    hidden=(8,), recurrent=True, critic_input="global")
+    learner = Learner(config)
+    state = jax.jit(learner.init)(jax.random.PRNGKey(0), Hyper.create(support.ippo(4)))
+    run = lambda packed: jax.jit(lambda s: rollout(learner.env, learner.net, s.params, s.rollout, s.key, 8, "global",
+                                                   pack_stores=packed))(state)
+    (end_a, apart), (end_p, packed) = run(False), run(True)
+    assert jax.tree.structure(apart) == jax.tree.structure(packed)
+    for x, y in zip(jax.tree.leaves((apart, end_a)), jax.tree.leaves((packed, end_p))):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert np.asarray(apart.terminated | apart.truncated).any()  # episodes ended: the flags were exercised
+
+    stores = Stores(True)
+    metrics = {"loss": jnp.float32(1.5), "count": jnp.int32(3), "per_agent": jnp.arange(4.0)}
+    stacked = jax.tree.map(lambda x: jnp.stack([x, 2 * x]), stores.pack(metrics, lead=0))
+    assert set(stacked) == {"float32", "int32"}  # one array per dtype
+    assert_trees_close(stores.unpack(stacked), jax.tree.map(lambda x: jnp.stack([x, 2 * x]), metrics), rtol=0, atol=0)

@@ -148,19 +148,18 @@ def epochs(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, data: Any, k
     iteration. Returns ``(carry, metrics)``, metrics leaves
     ``[num_epochs, num_minibatches, ...]``."""
     batch_size = jax.tree.leaves(data)[0].shape[0]
-    layout = []
+    stores = Stores(for_platform(platform).pack_stores)
 
     def minibatch(carry, rows):
         carry, metrics = step(carry, take_rows(data, rows))
-        stored, layout[:] = pack(metrics, lead=0)  # one store of all the metrics
-        return carry, stored
+        return carry, stores.pack(metrics, lead=0)
 
     def epoch(carry, epoch_key):
         rows = minibatch_rows(epoch_key, batch_size, num_minibatches, platform)
         return jax.lax.scan(minibatch, carry, rows, unroll=unroll)
 
     carry, stored = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs))
-    return carry, unpack(stored, *layout)
+    return carry, stores.unpack(stored)
 
 
 def to_sequences(x: jax.Array, seq_len: int) -> jax.Array:
@@ -222,6 +221,7 @@ def rollout(
     axis_name: str | None = None,
     unroll: int = 1,
     bootstrap: str = "gather",
+    pack_stores: bool = False,
 ) -> tuple[RolloutState, Transition]:
     """Runs ``num_steps`` steps of every environment under the current policy.
 
@@ -232,7 +232,8 @@ def rollout(
     from its own key (``env_keys``), so splitting the environments over the devices
     of ``axis_name`` changes nothing but where they run; those keys are drawn for all
     steps before the loop, in one batch. ``unroll``: steps per ``lax.scan`` iteration;
-    ``bootstrap``: how ``bootstrap_values`` evaluates the reached observations.
+    ``bootstrap``: how ``bootstrap_values`` evaluates the reached observations;
+    ``pack_stores``: each step's outputs stored as one array per dtype (``Stores``).
     """
     num_envs = state.episode_length.shape[0]
     sample = jax.vmap(lambda dist, key: dist.sample(seed=key))  # per environment
@@ -280,27 +281,45 @@ def rollout(
             episode_return=jnp.where(done[:, None], 0.0, episode_return),
             episode_length=jnp.where(done, 0, episode_length),
         )
-        stored, layout[:] = pack((transition, final_critic_obs))
-        return varying(state, axis_name), stored
+        return varying(state, axis_name), stores.pack((transition, final_critic_obs))
 
     # Every step's keys in one batch: in the loop, the hash rounds of E small splits are a
     # chain of tiny kernels per step on a GPU; the keys are the same.
     keys = jax.vmap(step_keys)(jax.random.split(key, num_steps))  # [T, 2, E, 2]
-    first, layout = state.first, []
+    first, stores = state.first, Stores(pack_stores)
     state, stored = jax.lax.scan(one_step, state, keys, unroll=unroll)
-    traj, final_input = unpack(stored, *layout)
+    traj, final_input = stores.unpack(stored)
     # A step starts an episode where the one before it ended: one store fewer per step.
     traj = traj.replace(first=jnp.concatenate([first[None], (traj.terminated | traj.truncated)[:-1]]))
     final_value = bootstrap_values(net, params, traj, state.carry, final_input, bootstrap)
     return state, traj.replace(final_value=final_value)
 
 
+class Stores:
+    """What a loop's iterations store for a scan to stack: their outputs as they are, or,
+    ``packed``, as one wide array per dtype (``pack``), unpacked after the loop. A scan
+    stacks each output apart, a store every iteration; on a GPU each is a kernel XLA
+    launches on its own, outside the iteration's CUDA graph, while on a CPU packing is
+    one more copy of the outputs (``jaxpo.core.kernels.Kernels.pack_stores``)."""
+
+    def __init__(self, packed: bool):
+        self.packed, self.layout = packed, None
+
+    def pack(self, tree: Any, lead: int = 1) -> Any:
+        """An iteration's outputs (leaves sharing ``lead`` leading axes), as stored."""
+        if not self.packed:
+            return tree
+        stored, self.layout = pack(tree, lead)
+        return stored
+
+    def unpack(self, stacked: Any) -> Any:
+        """What the scan stacked of ``pack``'s results, as the outputs' tree."""
+        return unpack(stacked, *self.layout) if self.packed else stacked
+
+
 def pack(tree: Any, lead: int = 1) -> tuple[dict[str, jax.Array], tuple[Any, list]]:
     """A loop iteration's outputs (leaves sharing ``lead`` leading axes, e.g. ``[E, ...]``)
-    as one ``[*lead axes, K]`` array per dtype, and the layout ``unpack`` undoes it with.
-    A scan stacks each output apart, a store every iteration; on a GPU each is a kernel
-    XLA launches on its own, outside the iteration's CUDA graph: a few wide stores
-    instead of a dozen narrow ones."""
+    as one ``[*lead axes, K]`` array per dtype, and the layout ``unpack`` undoes it with."""
     leaves, treedef = jax.tree.flatten(tree)
     groups: dict[str, list[jax.Array]] = {}
     for leaf in leaves:

@@ -338,6 +338,7 @@ class Learner:
         rollout_state, traj = rollout(
             self.env, self.net, state.params, state.rollout, key, cfg.num_steps, cfg.critic_input,
             axis_name=self.axis, unroll=self.unroll.rollout, bootstrap=self.kernels.bootstrap,
+            pack_stores=self.kernels.pack_stores,
         )
         return rollout_state, traj, self.training_data(state, traj, hyper)
 

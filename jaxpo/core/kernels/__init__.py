@@ -13,11 +13,12 @@ a checkpoint trained on one platform runs on another. A kernel set:
 * ``dense_pair(x, (k1, b1), (k2, b2), activation) -> (y1, y2)``: two layers on one input
 * ``permutation(key, n) -> int32 [n]``: the epoch shuffle
 
-and two choices of schedule, which change how the values are computed, not the values:
+and three choices of schedule, which change how the values are computed, not the values:
 the platform's ``unroll`` (how many iterations of the rollout, GAE and minibatch loops
 each ``lax.scan`` iteration runs; ``Config.unroll`` overrides it for all three) and its
 ``bootstrap`` (``jaxpo.core.rollout.bootstrap_values``: the few reached observations
-gathered in a data-dependent loop, or all of them in one pass).
+gathered in a data-dependent loop, or all of them in one pass) and its ``pack_stores``
+(``jaxpo.core.rollout.Stores``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Kernels:
         permutation: a random permutation of ``range(n)``.
         unroll: the loops' unrolling on this platform.
         bootstrap: ``"gather"`` or ``"all"`` (``jaxpo.core.rollout.bootstrap_values``).
+        pack_stores: the per-step loops store one wide array per dtype (``jaxpo.core.rollout.Stores``).
     """
 
     name: str
@@ -62,13 +64,16 @@ class Kernels:
     permutation: Callable
     unroll: Unroll = Unroll()
     bootstrap: str = "gather"
+    pack_stores: bool = False
 
 
 CPU = Kernels("cpu", cpu.matmul, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
 # XLA:GPU launches each kernel of a GAE step on its own (too few for a CUDA graph) and
 # fuses the whole unrolled recursion into the few kernels of one step; the bootstrap's
-# data-dependent loop costs a device-to-host wait per iteration (benchmarks/gpu_kernels.py).
-XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=True), "all")
+# data-dependent loop costs a device-to-host wait per iteration; each narrow per-step
+# store is a launch outside the step's CUDA graph (benchmarks/gpu_kernels.py). On CPU,
+# packing the stores made SMAX's rollout slower (docs/speed.md).
+XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=True), "all", True)
 
 
 def for_platform(platform: str | None = None) -> Kernels:
