@@ -147,9 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile at this XLA backend (LLVM) optimisation level instead of "
                         "jaxpo's choice (jaxpo.program.compiled.compiler_options; XLA's default is 3)")
     p.add_argument("--xla-defaults", action="store_true",
-                   help="compile with XLA's default options, not jaxpo's (the chunk's trainer is built while "
-                        "jaxpo.program.compiled.compiler_options answers None); --backend-opt-level and "
-                        "--xla-option still apply over them")
+                   help="compile with XLA's default options, not jaxpo's (Trainer(..., xla_defaults=True)); "
+                        "--backend-opt-level and --xla-option still apply over them")
     p.add_argument("--xla-option", action="append", type=parse_xla_option, default=[], metavar="NAME=VALUE",
                    help="an XLA option over jaxpo's (repeatable; e.g. xla_cpu_experimental_ynn_fusion_type="
                         "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE, XLA's CPU default)")
@@ -184,18 +183,12 @@ def xla_options(args) -> dict:
 
 def make_trainer(config, xla_defaults: bool = False):
     """jaxpo's ``Trainer`` for ``config`` (``jaxpo.trainer``, cached). With ``xla_defaults``
-    a new one, built while ``jaxpo.program.compiled.compiler_options`` answers None: its
-    jitted chunk then carries no options of jaxpo's, as ``compile`` adds to a jit's own
-    options rather than replacing them."""
-    from unittest import mock
-
+    a new one whose jitted chunk carries no options of jaxpo's (``Trainer(...,
+    xla_defaults=True)``): ``compile`` adds to a jit's own options rather than replacing them."""
     import jaxpo
     from jaxpo.program import compiled
 
-    if not xla_defaults:
-        return jaxpo.trainer(config)
-    with mock.patch.object(compiled, "compiler_options", lambda platform: None):
-        return compiled.Trainer(config)
+    return compiled.Trainer(config, xla_defaults=True) if xla_defaults else jaxpo.trainer(config)
 
 
 def rss_mib() -> float:

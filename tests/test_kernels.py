@@ -163,7 +163,7 @@ def test_unrolled_loops_train_the_same(scheme):
     out, programs = {}, {}
     for unroll in (None, 3):
         learner = Learner(dataclasses.replace(config, unroll=unroll))
-        assert learner.unroll == ((kernels.for_platform().unroll) if unroll is None else (3, 3, 3))
+        assert learner.unroll == (kernels.for_platform().unroll if unroll is None else (3, 3, 3))
         step = jax.jit(learner.step)
         state = jax.jit(learner.init)(jax.random.PRNGKey(0), hyper)
         programs[unroll] = step.lower(state, hyper).as_text()

@@ -104,6 +104,9 @@ class Trainer:
     Args:
         config: the static configuration the program is built for.
         devices: the devices it runs on (default: all of every process).
+        xla_defaults: compile the top-level programs with XLA's default options instead
+            of jaxpo's for the platform (``compiler_options``), e.g. to measure against
+            a peer at XLA's defaults.
 
     Raises:
         ValueError: if ``devices`` are not distinct jax devices, or with ``parallel``
@@ -125,7 +128,7 @@ class Trainer:
             (``compiler_options``), for the programs built around it too (PBT's step).
     """
 
-    def __init__(self, config: Config, devices: tuple[jax.Device, ...] | None = None):
+    def __init__(self, config: Config, devices: tuple[jax.Device, ...] | None = None, xla_defaults: bool = False):
         self.mesh = make_mesh(config.parallel, devices)
         self.num_devices = self.mesh.size
         if config.parallel == "envs":
@@ -135,7 +138,7 @@ class Trainer:
         # Counts of programs built (a trace happens exactly once per compiled signature).
         self.compiles = {"init": 0, "chunk": 0}
         self.state_sharding, self.run_sharding, self._chunk_program = self._layout()
-        self.compiler_options = compiler_options(platform)
+        self.compiler_options = None if xla_defaults else compiler_options(platform)
         self.init_runs = jax.jit(self._counted("init", jax.vmap(self.learner.init)),
                                  in_shardings=self.run_sharding, out_shardings=self.state_sharding,
                                  compiler_options=INIT_COMPILER_OPTIONS)

@@ -15,7 +15,7 @@ a checkpoint trained on one platform runs on another. A kernel set:
 
 and three choices of schedule, which change how the values are computed, not the values:
 the platform's ``unroll`` (how many iterations of the rollout, GAE and minibatch loops
-each ``lax.scan`` iteration runs; ``Config.unroll`` overrides it for all three) and its
+each ``lax.scan`` iteration runs; ``Config.unroll`` overrides it for all three), its
 ``bootstrap`` (``jaxpo.core.rollout.bootstrap_values``: the few reached observations
 gathered in a data-dependent loop, or all of them in one pass) and its ``pack_stores``
 (``jaxpo.core.rollout.Stores``).
