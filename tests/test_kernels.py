@@ -43,6 +43,19 @@ def test_dense_is_the_same_product(batch):
     np.testing.assert_allclose(cpu, np.asarray(x, np.float64) @ np.asarray(kernel, np.float64), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("batch", [(7,), (2, 3, 4), (40, 33)])
+def test_add_bias_is_the_same_sum(batch):
+    """The CPU set's bias gradient (one matrix-vector product) is the sum over the leading axes."""
+    keys = jax.random.split(jax.random.PRNGKey(4), 2)
+    y, bias = jax.random.normal(keys[0], (*batch, 6)), jax.random.normal(keys[1], (6,))
+    (cpu, cpu_grad), (xla, xla_grad) = both(lambda k, y, b: k.add_bias(y, b), y, bias)
+    assert cpu.shape == (*batch, 6)
+    assert_trees_close(cpu, xla)
+    assert_trees_close(cpu_grad, xla_grad)
+    expected = np.cos(np.asarray(y, np.float64) + np.asarray(bias, np.float64))  # ∂ sum(sin(y + b))
+    np.testing.assert_allclose(cpu_grad[1][1], expected.reshape(-1, 6).sum(0), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_conv_is_the_same_convolution(k):
     keys = jax.random.split(jax.random.PRNGKey(1), 2)

@@ -89,8 +89,9 @@ class Dense(nn.Module):
         d = x.shape[-1]
         kernel = self.param("kernel", self.kernel_init, (d + self.num_ids, self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
-        y = for_platform(self.platform).dense(x, kernel[:d])
-        return (y + kernel[d:] if self.num_ids else y) + bias
+        kernels = for_platform(self.platform)
+        y = kernels.dense(x, kernel[:d])
+        return kernels.add_bias(y + kernel[d:] if self.num_ids else y, bias)
 
 
 class Conv(nn.Module):
@@ -107,7 +108,8 @@ class Conv(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (self.kernel, self.kernel, x.shape[-1], self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
-        return for_platform(self.platform).conv(x, kernel) + bias
+        kernels = for_platform(self.platform)
+        return kernels.add_bias(kernels.conv(x, kernel), bias)
 
 
 class GRU(nn.Module):
@@ -134,7 +136,7 @@ class GRU(nn.Module):
         weights = lambda name, init, bias, width: Weights(hidden, bias, init, name=name)(width)
         w_i, b_i = zip(*(weights(g, self.kernel_init, True, d) for g in ("ir", "iz", "in")))
         w_h, b_h = zip(*(weights(g, self.recurrent_kernel_init, g == "hn", hidden) for g in ("hr", "hz", "hn")))
-        x_proj = kernels.dense(xs, jnp.concatenate(w_i, axis=1)) + jnp.concatenate(b_i)  # [L, ..., 3H]
+        x_proj = kernels.add_bias(kernels.dense(xs, jnp.concatenate(w_i, axis=1)), jnp.concatenate(b_i))  # [L, ..., 3H]
         # b_h: [0, 0, b_hn]
         return kernels.gru_scan(jnp.concatenate(w_h, axis=1), jnp.concatenate(b_h), h, x_proj, first)
 

@@ -7,6 +7,7 @@ ops). Both compute the same values to float rounding and read the same parameter
 a checkpoint trained on one platform runs on another. A kernel set:
 
 * ``dense(x [..., D], kernel [D, F]) -> [..., F]``
+* ``add_bias(y [..., F], bias [F]) -> [..., F]``
 * ``conv(x [..., H, W, C], kernel [k, k, C, F]) -> [..., H, W, F]`` (stride 1, same padding)
 * ``gru_scan(w_h [H, 3H], b_h [3H], h0 [..., H], x_proj [L, ..., 3H], first [L, *P])
   -> (h_L, hs [L, ..., H])``
@@ -47,6 +48,7 @@ class Kernels:
     Attributes:
         name: ``"cpu"`` or ``"xla"``.
         dense: a dense layer's product.
+        add_bias: a layer's bias added to its product.
         conv: a convolution layer's product.
         gru_scan: the GRU recurrence over a sequence, differentiable.
         dense_pair: two activated dense layers reading one input.
@@ -58,6 +60,7 @@ class Kernels:
 
     name: str
     dense: Callable
+    add_bias: Callable
     conv: Callable
     gru_scan: Callable
     dense_pair: Callable
@@ -67,13 +70,13 @@ class Kernels:
     pack_stores: bool = False
 
 
-CPU = Kernels("cpu", cpu.matmul, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
+CPU = Kernels("cpu", cpu.matmul, cpu.add_bias, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
 # XLA:GPU launches each kernel of a GAE step on its own (too few for a CUDA graph) and
 # fuses the whole unrolled recursion into the few kernels of one step; the bootstrap's
 # data-dependent loop costs a device-to-host wait per iteration; each narrow per-step
 # store is a launch outside the step's CUDA graph (benchmarks/gpu_kernels.py). On CPU,
 # packing the stores made SMAX's rollout slower (docs/speed.md).
-XLA = Kernels("xla", xla.dense, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=True), "all", True)
+XLA = Kernels("xla", xla.dense, xla.add_bias, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=True), "all", True)
 
 
 def for_platform(platform: str | None = None) -> Kernels:

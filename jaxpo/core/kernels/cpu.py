@@ -4,6 +4,9 @@ faster. Each form's measurement is in ``docs/speed.md``.
 
 * ``matmul``: every dense product as one 2-D product over the flattened leading axes
   (XLA's CPU dot is slower with several non-contracting axes).
+* ``add_bias``: a bias added over leading axes, its gradient (the sum over those axes)
+  one matrix-vector product: XLA:CPU runs a sum over many rows as a slow windowed
+  reduction (``TreeReductionRewriter``'s ``reduce-window``).
 * ``conv``: a stride-1, same-padded convolution as one product over image patches (im2col).
 * ``gru_scan``: the GRU recurrence with a written-out gradient: the reverse loop carries
   only ``∂h`` and the weight gradient is one product after it.
@@ -29,6 +32,21 @@ def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
     return (x.reshape(-1, x.shape[-1]) @ kernel).reshape(*x.shape[:-1], kernel.shape[-1])
 
 
+def row_sum(g: jax.Array) -> jax.Array:
+    """``g [..., F]`` summed over its leading axes -> ``[F]``, as ``ones [M] @ g [M, F]``."""
+    rows = g.reshape(-1, g.shape[-1])
+    return jnp.ones(rows.shape[0], g.dtype) @ rows
+
+
+@jax.custom_vjp
+def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
+    """``y [..., F] + bias [F]``; the bias's gradient is ``row_sum`` of the output's."""
+    return y + bias
+
+
+add_bias.defvjp(lambda y, bias: (y + bias, None), lambda _, g: (g, row_sum(g)))
+
+
 def conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
     """A stride-1, same-padded convolution, no bias: ``x [..., H, W, C]``, ``kernel [k, k,
     C, F]`` -> ``[..., H, W, F]``, as one matrix product over image patches. Padding is
@@ -45,7 +63,7 @@ def dense_pair(x: jax.Array, first: tuple[jax.Array, jax.Array], second: tuple[j
     """Two activated dense layers on the same ``x [..., D]``, each ``(kernel [D, W], bias
     [W])``, as one ``[D, 2W]`` product: ``(activation(x @ k1 + b1), activation(x @ k2 + b2))``."""
     kernel, bias = (jnp.concatenate(w, axis=-1) for w in zip(first, second))
-    return tuple(jnp.split(activation(matmul(x, kernel) + bias), 2, axis=-1))
+    return tuple(jnp.split(activation(add_bias(matmul(x, kernel), bias)), 2, axis=-1))
 
 
 @jax.custom_vjp
@@ -85,8 +103,8 @@ def _gru_scan_bwd(saved, cotangents):
 
     d_h0, (d_gates, d_x) = jax.lax.scan(step, d_last, (d_hs, h_in, r, z, n, hn, first), reverse=True)
     rows = lambda x: x.reshape(-1, x.shape[-1])  # [L·b, ·]
-    d_w = rows(h_in).T @ rows(d_gates)
-    return d_w, rows(d_gates).sum(0), d_h0, d_x, None
+    d_w = jax.lax.dot_general(rows(h_in), rows(d_gates), (((0,), (0,)), ((), ())))
+    return d_w, row_sum(d_gates), d_h0, d_x, None
 
 
 gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)

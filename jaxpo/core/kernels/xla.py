@@ -17,6 +17,11 @@ def dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
     return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
 
 
+def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
+    """``y [..., F] + bias [F]``."""
+    return y + bias
+
+
 def conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
     """A stride-1, "SAME"-padded convolution, no bias, as ``nn.Conv`` runs it: ``x [...,
     H, W, C]``, ``kernel [k, k, C, F]`` -> ``[..., H, W, F]`` (leading axes flattened
