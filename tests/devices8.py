@@ -36,6 +36,12 @@ ENVS_CONFIG = dataclasses.replace(RUNS_CONFIG, num_envs=16, num_minibatches=1, v
 SEQUENTIAL_CONFIG = dataclasses.replace(ENVS_CONFIG, env="traffic_grid", env_kwargs={"rows": 2, "cols": 2},
                                         scheme="sequential", share_params=False, num_epochs=1, diagnostics=False)
 
+# A JaxMARL environment whose step has branches of differing device types (SMAX's
+# observation features) and the GRU's written-out gradient, data parallel.
+RECURRENT_SMAX_CONFIG = dataclasses.replace(ENVS_CONFIG, env="HeuristicEnemySMAX", env_kwargs={"scenario": "3m"},
+                                            num_envs=8, num_steps=4, recurrent=True, value_norm=False,
+                                            diagnostics=False)
+
 
 def leaves(tree) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
@@ -158,6 +164,17 @@ def envs_sequential() -> dict:
     }
 
 
+def envs_recurrent_smax() -> dict:
+    """SMAX with a GRU policy, its 8 environments split over 8 devices, and on one device."""
+    tr, state, metrics = run(RECURRENT_SMAX_CONFIG, 1)
+    _, one_state, one_metrics = run(RECURRENT_SMAX_CONFIG, 1, devices=jax.devices()[:1])
+    return {
+        "params_vs_one_device": max_rel_diff(state.params, one_state.params),
+        "return_vs_one_device": max_rel_diff(metrics["return"], one_metrics["return"], atol=1e-4),
+        "params_identical_on_devices": identical_on_devices(state.params),
+    }
+
+
 def envs_errors() -> dict:
     errors = {}
     for name, config in {"num_envs": dataclasses.replace(ENVS_CONFIG, num_envs=12),
@@ -178,6 +195,7 @@ if __name__ == "__main__":
     if part in ("envs", "all"):
         out["envs"] = envs_axis()
         out["sequential"] = envs_sequential()
+        out["recurrent_smax"] = envs_recurrent_smax()
         out["errors"] = envs_errors()
     out[f"{part}_seconds"] = SECONDS
     print(json.dumps(out))

@@ -99,6 +99,16 @@ def test_data_parallel_exact_happo_shares_the_agent_order(measured):
     assert sequential["params_vs_one_device"] <= TOLERANCE
 
 
+def test_data_parallel_trains_smax_with_a_recurrent_policy(measured):
+    """SMAX's step returns a constant from one branch and per-device data from the other
+    (``jaxpo.core.axes.selected_branches``); the CPU kernels' custom gradients take
+    replicated weights beside per-device data (``jaxpo.core.axes.varying_as``)."""
+    smax = measured["recurrent_smax"]
+    assert smax["params_vs_one_device"] <= TOLERANCE
+    assert smax["return_vs_one_device"] <= TOLERANCE
+    assert smax["params_identical_on_devices"] is True
+
+
 def test_data_parallel_bad_splits_name_the_setting(measured):
     errors = measured["errors"]
     assert "num_envs (12)" in errors["num_envs"] and "multiple of 8" in errors["num_envs"]

@@ -4,9 +4,11 @@ unconditionally, so one code path serves one device and many."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import jax
+import jax.numpy as jnp
 
 
 def pmean(x: Any, axis_name: str | None) -> Any:
@@ -32,3 +34,43 @@ def varying(tree: Any, axis_name: str | None) -> Any:
         return tree
     cast = lambda x: x if axis_name in jax.typeof(x).mat.varying else jax.lax.pcast(x, (axis_name,), to="varying")
     return jax.tree.map(cast, tree)
+
+
+def varying_as(x: jax.Array, like: jax.Array) -> jax.Array:
+    """Inside ``shard_map``: ``x`` typed as differing between the devices of every axis
+    ``like`` differs over. A parameter entering a custom-gradient kernel beside per-device
+    data must be, so that its gradient (a sum over the devices' shares) is the cast's
+    transpose, as autodiff gives it. The identity outside ``shard_map``."""
+    missing = tuple(sorted(jax.typeof(like).mat.varying - jax.typeof(x).mat.varying))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+
+@contextlib.contextmanager
+def selected_branches(axis_name: str | None) -> Iterator[None]:
+    """While tracing inside ``shard_map`` over ``axis_name``: every ``lax.cond`` and
+    ``lax.switch`` traced in the block computes all its branches and selects the result
+    (``jnp.where``, ``lax.select_n``), which is what they become under a ``vmap`` with a
+    batched predicate anyway. Code that is not ours (a JaxMARL environment's step) may
+    return per-device data from one branch and a constant from the other, which
+    ``shard_map``'s typing refuses in a branch but joins in a select. The branches must be
+    pure functions (an environment's are). Nothing changes when the axis name is None."""
+    if axis_name is None:
+        yield
+        return
+    cond, switch = jax.lax.cond, jax.lax.switch
+
+    def selected_cond(pred, true_fun, false_fun, *operands, **kwargs):
+        operands = operands or ((kwargs.pop("operand"),) if "operand" in kwargs else ())
+        return jax.tree.map(lambda a, b: jnp.where(pred, a, b), true_fun(*operands), false_fun(*operands))
+
+    def selected_switch(index, branches, *operands, **kwargs):
+        operands = operands or ((kwargs.pop("operand"),) if "operand" in kwargs else ())
+        index = jnp.clip(index, 0, len(branches) - 1)  # lax.switch's clamping
+        outputs = [branch(*operands) for branch in branches]
+        return jax.tree.map(lambda *leaves: jax.lax.select_n(index, *jnp.broadcast_arrays(*leaves)), *outputs)
+
+    jax.lax.cond, jax.lax.switch = selected_cond, selected_switch
+    try:
+        yield
+    finally:
+        jax.lax.cond, jax.lax.switch = cond, switch

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxpo.envs import AutoReset, TimeStep
-from jaxpo.core.axes import varying
+from jaxpo.core.axes import varying, selected_branches
 from jaxpo.core.kernels import for_platform
 from jaxpo.core.networks import ActorCritic
 
@@ -251,7 +251,8 @@ def rollout(
         action = sample(dist, key_act)
         log_prob = dist.log_prob(action)
 
-        env_state, next_ts = jax.vmap(env.step)(key_env, state.env_state, action)
+        with selected_branches(axis_name):
+            env_state, next_ts = jax.vmap(env.step)(key_env, state.env_state, action)
         done = next_ts.done
         final_critic_obs = critic_features(next_ts.final_obs, next_ts.final_global_state, critic_input)
         episode_return = state.episode_return + next_ts.reward

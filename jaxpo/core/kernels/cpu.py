@@ -23,6 +23,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxpo.core.axes import varying_as
 from jaxpo.core.kernels.recurrence import gru_forward, reset_carry
 
 
@@ -38,13 +39,17 @@ def row_sum(g: jax.Array) -> jax.Array:
     return jnp.ones(rows.shape[0], g.dtype) @ rows
 
 
-@jax.custom_vjp
 def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
     """``y [..., F] + bias [F]``; the bias's gradient is ``row_sum`` of the output's."""
+    return _add_bias(y, varying_as(bias, y))
+
+
+@jax.custom_vjp
+def _add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
     return y + bias
 
 
-add_bias.defvjp(lambda y, bias: (y + bias, None), lambda _, g: (g, row_sum(g)))
+_add_bias.defvjp(lambda y, bias: (y + bias, None), lambda _, g: (g, row_sum(g)))
 
 
 def conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
@@ -66,7 +71,6 @@ def dense_pair(x: jax.Array, first: tuple[jax.Array, jax.Array], second: tuple[j
     return tuple(jnp.split(activation(add_bias(matmul(x, kernel), bias)), 2, axis=-1))
 
 
-@jax.custom_vjp
 def gru_scan(w_h: jax.Array, b_h: jax.Array, h0: jax.Array, x_proj: jax.Array,
              first: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The GRU recurrence over a time-major sequence: ``w_h [H, 3H]``, ``b_h [3H]``,
@@ -78,6 +82,11 @@ def gru_scan(w_h: jax.Array, b_h: jax.Array, h0: jax.Array, x_proj: jax.Array,
     step of the reverse loop: here the loop carries only ``∂h`` and the weight gradient
     is one ``[H, L·b] @ [L·b, 3H]`` product after it. The gradients equal autodiff's to
     float rounding (``tests/test_networks.py``)."""
+    return _gru_scan(varying_as(w_h, x_proj), varying_as(b_h, x_proj), h0, x_proj, first)
+
+
+@jax.custom_vjp
+def _gru_scan(w_h, b_h, h0, x_proj, first):
     return gru_forward(matmul, w_h, b_h, h0, x_proj, first)[0]
 
 
@@ -107,7 +116,7 @@ def _gru_scan_bwd(saved, cotangents):
     return d_w, row_sum(d_gates), d_h0, d_x, None
 
 
-gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)
+_gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)
 
 
 def permutation_rounds(n: int) -> tuple[int, int]:
