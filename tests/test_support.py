@@ -156,15 +156,16 @@ def test_khop_grid_2x3_hand():
 
 
 def test_khop_directed_and_nonbinary():
-    # coupling[i, j] != 0: j's action changes i's reward. Chain 0 <- 1 <- 2 <- 3.
+    # coupling[i, j] != 0: j's action changes i's reward. Chain 0 <- 1 <- 2 <- 3: each
+    # agent's action reaches the rewards of the agents below it, which its credit sums.
     adj = np.zeros((4, 4))
     adj[0, 1] = adj[1, 2] = 2.5  # any non-zero is an edge
     adj[2, 3] = True
     adj[3, 3] = 1  # a self-loop changes nothing
-    np.testing.assert_array_equal(sp.khop(adj, 1).S_A, np.eye(4) + np.eye(4, k=1))
-    np.testing.assert_array_equal(sp.khop(adj, 2).S_A, np.eye(4) + np.eye(4, k=1) + np.eye(4, k=2))
-    np.testing.assert_array_equal(sp.khop(adj, 3).S_A, np.triu(np.ones((4, 4))))
-    np.testing.assert_array_equal(sp.khop(adj, 3).S_A, bfs_within(adj != 0, 3))
+    np.testing.assert_array_equal(sp.khop(adj, 1).S_A, np.eye(4) + np.eye(4, k=-1))
+    np.testing.assert_array_equal(sp.khop(adj, 2).S_A, np.eye(4) + np.eye(4, k=-1) + np.eye(4, k=-2))
+    np.testing.assert_array_equal(sp.khop(adj, 3).S_A, np.tril(np.ones((4, 4))))
+    np.testing.assert_array_equal(sp.khop(adj, 3).S_A, bfs_within(adj != 0, 3).T)
 
 
 def test_khop_ring_1024():

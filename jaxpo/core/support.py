@@ -361,17 +361,21 @@ def joint(n: int) -> Support:
 
 
 def khop(adjacency: Any, k: int) -> Support:
-    """κ-hop neighbourhood advantage: S_A = 1[(A_G + I)^k > 0], S_R = I.
+    """κ-hop neighbourhood advantage: S_A = 1[((A_G + I)^k)ᵀ > 0], S_R = I.
 
-    ``S_A[i, j] = 1`` iff there is a path i → … → j of at most k edges following
-    the direction of ``adjacency``. Reachability is computed by repeated 0/1 matrix
-    products (exact in float32 for N < 2^24, no overflow) and stops early at the fixed
-    point, so a large k costs at most diameter-many products.
+    ``S_A[i, j] = 1`` iff agent i's action reaches agent j's reward within k hops: a
+    path j → … → i of at most k edges following the direction of ``adjacency``. Agent
+    i's credit then sums the advantages of the agents its action can affect, which is
+    the part of the team's return its policy gradient depends on (the coupling's
+    transpose; the same matrix for a symmetric graph). Reachability is computed by
+    repeated 0/1 matrix products (exact in float32 for N < 2^24, no overflow) and stops
+    early at the fixed point, so a large k costs at most diameter-many products.
 
     Args:
-        adjacency: ``[N, N]`` coupling graph, 0/1 or bool (any non-zero is an edge), used
-            as given: ``adjacency[i, j] != 0`` means agent j's action can change agent
-            i's reward. Need not be symmetric. Lists, numpy or jax arrays.
+        adjacency: ``[N, N]`` coupling graph, 0/1 or bool (any non-zero is an edge):
+            ``adjacency[i, j] != 0`` means agent j's action can change agent i's reward
+            (``jaxpo.envs.base.Env.coupling``). Need not be symmetric. Lists, numpy or
+            jax arrays.
         k: hops, int ≥ 0 (k = 0 gives ippo's S_A = I).
 
     Returns:
@@ -383,10 +387,10 @@ def khop(adjacency: Any, k: int) -> Support:
             with N ≥ 1, or ``k`` is not an int ≥ 0.
 
     Examples:
-        >>> khop([[0, 1, 0], [0, 0, 1], [0, 0, 0]], k=1).S_A
-        array([[1., 1., 0.],
-               [0., 1., 1.],
-               [0., 0., 1.]], dtype=float32)
+        >>> khop([[0, 1, 0], [0, 0, 1], [0, 0, 0]], k=1).S_A  # 1 reaches 0's reward, 2 reaches 1's
+        array([[1., 0., 0.],
+               [1., 1., 0.],
+               [0., 1., 1.]], dtype=float32)
     """
     a = _as_matrix(adjacency, "adjacency")
     if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] == 0:
@@ -403,7 +407,9 @@ def khop(adjacency: Any, k: int) -> Support:
         if np.array_equal(nxt, reach):
             break  # fixed point: further hops add nothing
         reach = nxt
-    return Support(S_A=reach, S_R=np.eye(n, dtype=np.float32), name=khop_name(int(k))).validate()
+    # reach[j, i]: i's action reaches j's reward; agent i's credit is row i of its transpose
+    return Support(S_A=np.ascontiguousarray(reach.T), S_R=np.eye(n, dtype=np.float32),
+                   name=khop_name(int(k))).validate()
 
 
 def khop_name(k: int) -> str:
