@@ -95,7 +95,8 @@ class CACC(Env):
     ``r_i = -[(h'_i - 20)² + (v'_i - 15)² + 0.1 u'_i² + w min(h'_i - 10, 0)²]``, with the
     safety weight ``w = safety_weight``. The original adds the safety term while
     training only, and its reported evaluation reward has ``w = 0``; its learners divide
-    rewards by its ``reward_norm`` of 800.
+    rewards by a ``reward_norm``: 800 for IA2C, FPrint and ConseNet, 5000 for DIAL,
+    CommNet and NeurComm.
 
     Collisions: the platoon then stands still, every later step pays ``-G`` to every
     vehicle, and the episode terminates when t reaches a multiple of ``collision_hold``
