@@ -94,7 +94,7 @@ class CACC(Env):
     ``H_MIN = 1`` (a collision), ``-G = -1000`` for every vehicle; otherwise
     ``r_i = -[(h'_i - 20)² + (v'_i - 15)² + 0.1 u'_i² + w min(h'_i - 10, 0)²]``, with the
     safety weight ``w = safety_weight``. The original adds the safety term while
-    training only, and its reported evaluation reward has ``w = 0``; its learners divide
+    training only (its evaluation reward has ``w = 0``); its learners divide
     rewards by a ``reward_norm``: 800 for IA2C, FPrint and ConseNet, 5000 for DIAL,
     CommNet and NeurComm.
 
@@ -126,10 +126,11 @@ class CACC(Env):
     collision penalty lies outside this graph: on a step where a headway falls below
     ``H_MIN``, any action that changes whether it does changes every vehicle's reward.
 
-    Where the original departs from this: its ``seed = 0`` start (``h_0 = 40``, speeds 30),
-    which its training never uses, is not reproduced; its time limit is a terminal
-    done, here a truncation (jaxpo bootstraps time limits); its IA2C observation
-    omits a missing neighbour, here zero-padded to one width. Its global reward option
+    Departures from the original: its start for a seed counter of 0 (catch-up
+    ``h_0 = 40``, slow-down speeds 30), which its configs never reach (they count from
+    12), is not reproduced; its time limit is a terminal done, here a truncation (jaxpo
+    bootstraps time limits); its IA2C observation omits a missing neighbour, here
+    zero-padded to one width. Its global reward option
     (``coop_gamma < 0``) and spatial discount are learner settings: jaxpo's support.
 
     Reference policy: every vehicle the human-driver OVM, ``(α, β) = (0.5, 0.5)``.
