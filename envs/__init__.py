@@ -8,7 +8,8 @@ the JaxMARL adapter, all reachable by name through ``make``.
 ``REGISTRY`` maps the names of jaxpo's own environments to where their classes live,
 ``name -> "module:Class"`` (imported on first use): ``public_goods``
 (``PublicGoods``), ``traffic_grid`` (``TrafficGrid``), ``wireless``
-(``WirelessAccess``) and ``memory_cue`` (``MemoryCue``). A user's environment is
+(``WirelessAccess``), ``cacc`` (``CACC``: the Catch-up and Slow-down platoons of
+Chu et al., ICLR 2020, by its ``scenario`` argument) and ``memory_cue`` (``MemoryCue``). A user's environment is
 registered the same way, by import path or as the class itself
 (``REGISTRY["ring_match"] = RingMatch``), or named without registering as
 ``"module:Class"``. ``make`` takes these names and the supported JaxMARL names;
@@ -29,6 +30,7 @@ REGISTRY: dict[str, str | type[Env]] = {
     "public_goods": "jaxpo.envs.public_goods:PublicGoods",
     "traffic_grid": "jaxpo.envs.traffic:TrafficGrid",
     "wireless": "jaxpo.envs.wireless:WirelessAccess",
+    "cacc": "jaxpo.envs.cacc:CACC",
     "memory_cue": "jaxpo.envs.memory:MemoryCue",
 }
 """Environment name -> ``"module:Class"`` (imported on first use) or an ``Env`` class:
