@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxpo
 from jaxpo.envs import AutoReset, describe, make
 from jaxpo.envs.cacc import CACC, CACCState
 
@@ -256,6 +257,9 @@ def test_coupling_is_the_directed_chain():
     env = ENVS["catchup"]
     assert np.array_equal(AutoReset(env).coupling, env.coupling) and env.coupling.sum() == 2 * N - 1
     assert describe(env)["coupling"] == "graph, mean degree 0.875"
+    # khop credits a vehicle with the rewards its action reaches: its own and its follower's
+    credit = np.eye(4) + np.eye(4, k=1)
+    assert np.array_equal(jaxpo.support.khop(CACC(num_vehicles=4).coupling, 1).S_A, credit)
 
 
 def test_an_action_changes_exactly_its_own_and_its_followers_reward(rolls, vstep):
