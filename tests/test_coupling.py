@@ -59,7 +59,7 @@ def test_public_goods_ring_is_recovered_exactly(radius, graph_radius_of_ring):
     contribution always changes them (the shock is >= 1 - noise > 0): every declared edge
     fires in every sample, no other ever does."""
     env = make("public_goods", num_agents=8, radius=radius)
-    measured = measure_coupling(env, num_states=4, max_time=6)
+    measured = measure_coupling(env, num_states=4)  # radius 1: the program test_cli's envs --coupling runs
     np.testing.assert_array_equal(measured.graph, env.coupling)
     np.testing.assert_array_equal(measured.frequency, env.coupling.astype(float))
     assert measured.radius == graph_radius_of_ring and measured.max_hops == 1
