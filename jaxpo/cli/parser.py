@@ -106,7 +106,7 @@ def _add_section(parser: argparse.ArgumentParser, section: str) -> None:
                            metavar="NAME=VALUES",
                            help="an axis, repeatable: NAME=V1,V2,... (grid) or NAME=loguniform(LOW,HIGH) | "
                                 "uniform(LOW,HIGH) | choice(V1,V2,...) (random, drawn --samples times). NAME: any "
-                                "hyperparameter, support field (preset, kappa, matrices) or program field")
+                                "hyperparameter, support field (preset, kappa, graph, matrices) or program field")
 
 
 def build_parser() -> argparse.ArgumentParser:
