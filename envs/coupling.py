@@ -23,13 +23,16 @@ drawn without replacement; a state where j has fewer adds fewer samples. Continu
 A sample (state, j, b) *changed* r_i when ``|r_i - r'_i| > tolerance`` at one of the h
 steps. Then ``frequency[i, j]`` is the fraction of j's samples that changed r_i and
 ``graph[i, j] = 1`` where it exceeds ``threshold`` (the diagonal always 1, as in
-declared graphs). Shared keys make this exact for influence through the dynamics: an
-edge is only ever an effect of j's action. A missed edge is an influence that the
-visited states and alternatives never showed; more states or a policy that visits
-the states where it acts shrink that risk.
+declared graphs). The keys are shared, so an edge seen is an effect of j's action and
+nothing else, as long as the environment's random draws do not depend on the actions
+(jaxpo's own environments draw the same numbers whatever the actions). An edge can only
+be missed: an influence the visited states and alternatives never showed (a sparse
+reward that the policy never reaches); more states, or a policy that visits the states
+where it acts, shrink that risk.
 
 Cost: one rollout of ``max_time`` steps per state, then ``num_states × (1 + N × K) × h``
-steps (K alternatives per agent), all in one jitted, vmapped program.
+steps (K alternatives per agent), all in one jitted program: the states' rollouts vmapped,
+their probes vmapped in batches of about ``BRANCHES`` branches.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ import numpy as np
 from .base import AutoReset, Env, TimeStep
 from .graphs import UNREACHABLE, hop_distances
 from .params import check_int, check_real, is_number
+
+BRANCHES = 4096
+"""About how many counterfactual branches (each an environment state stepped h times) are
+stepped at once; ``measure_coupling`` probes its states in batches of that size."""
 
 Policy = Callable[[jax.Array, TimeStep], jax.Array]
 """``policy(key, timestep) -> actions``: int32 ``[N]`` (continuous: float32 ``[N, A]``) for one,
@@ -103,7 +110,8 @@ def measure_coupling(env: Env, key: Any = 0, *, num_states: int = 64, horizon: i
     """Measures which agents' actions change which agents' rewards (the module docstring says how).
 
     Args:
-        env: the environment (an ``Env``; wrapped in ``AutoReset`` here).
+        env: the environment (an ``Env``): ``AutoReset`` wraps it for the rollouts; the
+            probes step it as it is.
         key: a JAX PRNG key or an int seed (≥ 0).
         num_states: states sampled, an int ≥ 1.
         horizon: h ≥ 1: a change of r_i at any of the h steps from the varied action counts.
@@ -142,7 +150,8 @@ def measure_coupling(env: Env, key: Any = 0, *, num_states: int = 64, horizon: i
         raise ValueError(f"policy must be a callable policy(key, timestep) -> actions, got {policy!r}")
     policy = uniform_policy(env) if policy is None else _checked_policy(AutoReset(env), policy)
     count = alternatives if env.continuous else min(alternatives, env.num_actions - 1)
-    program = _program(env, policy, _alternatives(env, count), num_states, horizon, max_time, tolerance)
+    program = _program(env, policy, _alternatives(env, count), 1 + env.num_agents * count, num_states, horizon,
+                       max_time, tolerance)
     changed, magnitude, samples = (np.asarray(x, np.float64) for x in jax.jit(program)(key))
     per_sample = np.maximum(samples, 1.0)[None, :]  # columns of agents without samples stay 0
     frequency, magnitude = changed / per_sample, magnitude / per_sample
@@ -286,10 +295,11 @@ def _alternatives(env: Env, count: int) -> Callable:
     return draw
 
 
-def _program(env: Env, policy: Policy, draw: Callable, num_states: int, horizon: int, max_time: int,
-             tolerance: float) -> Callable:
+def _program(env: Env, policy: Policy, draw: Callable, branches: int, num_states: int, horizon: int,
+             max_time: int, tolerance: float) -> Callable:
     """``program(key) -> (changed, magnitude, samples)``: counts summed over the states,
-    ``[N, N]`` (row i: the reward, column j: the varied agent), ``[N, N]`` and ``[N]``.
+    ``[N, N]`` (row i: the reward, column j: the varied agent), ``[N, N]`` and ``[N]``;
+    ``branches`` is a state's probe count, ``1 + N K``.
 
     Every draw is keyed by what it is for (``fold_in`` by step), never by ``horizon``, so
     the same key gives the same states, base actions and alternatives at any horizon and
@@ -333,10 +343,16 @@ def _program(env: Env, policy: Policy, draw: Callable, num_states: int, horizon:
         delta = jnp.abs(out[1:] - out[0]).max(axis=1).reshape(n, k, n) * valid[..., None]  # [N (j), K, N (i)]
         return (delta > tolerance).sum(1).T, delta.sum(1).T, valid.sum(1)
 
+    # States are probed a batch at a time (lax.map), each batch vmapped: the batch is the
+    # largest divisor of num_states that keeps it near BRANCHES branches (1 + N K per
+    # state), so memory stays bounded at large N and no remainder batch compiles apart.
+    batch = max(d for d in range(1, num_states + 1) if num_states % d == 0 and (d == 1 or d * branches <= BRANCHES))
+
     def program(key):
         k_visit, k_probe = jax.random.split(key)
         states, timesteps = jax.vmap(visit)(jax.random.split(k_visit, num_states))
-        counts = jax.vmap(probe)(jax.random.split(k_probe, num_states), states, timesteps)
+        keys = jax.random.split(k_probe, num_states)
+        counts = jax.lax.map(lambda x: probe(*x), (keys, states, timesteps), batch_size=batch)
         return jax.tree.map(lambda x: x.astype(jnp.float32).sum(0), counts)
 
     return program

@@ -95,7 +95,7 @@ def test_a_longer_horizon_only_adds_edges(traffic):
 def test_wireless_shared_access_points_are_recovered_exactly(kwargs):
     """Users collide only at an access point they share: those pairs, and no others."""
     env = make("wireless", **kwargs)
-    measured = measure_coupling(env, num_states=32, max_time=6)
+    measured = measure_coupling(env, num_states=32, max_time=1)  # reset fills the queues
     np.testing.assert_array_equal(measured.graph, env.coupling)
     assert measured.max_hops == 1
 
@@ -128,7 +128,7 @@ def test_overcooked_delivery_is_one_team_reward():
     counter, which random resets (``random_reset``) reach; from the fixed start a random
     policy never delivers, and the measurement then shows no coupling at all."""
     env = make("overcooked", layout="cramped_room", random_reset=True)
-    measured = measure_coupling(env, num_states=256, alternatives=5, max_time=3)
+    measured = measure_coupling(env, num_states=256, alternatives=5, max_time=1)
     np.testing.assert_array_equal(measured.frequency[0], measured.frequency[1])
     np.testing.assert_array_equal(measured.graph, np.ones((2, 2)))
 
@@ -142,14 +142,14 @@ def test_mpe_actions_reach_rewards_one_step_late(spread):
     """JaxMARL's MPE moves a particle with its old velocity before the action's force
     changes it: no action changes any reward of its own step, not even its agent's own."""
     team, _ = spread
-    np.testing.assert_array_equal(measure_coupling(team, num_states=8).frequency, 0.0)
+    np.testing.assert_array_equal(measure_coupling(team, num_states=8, max_time=1).frequency, 0.0)
 
 
 def test_mpe_spread_coverage_term_couples_every_agent(spread):
     """With local_ratio 0 every agent's reward is the landmark coverage term, the same for
     all: moving agent j changes it when j is the agent nearest to some landmark."""
     team, _ = spread
-    measured = measure_coupling(team, num_states=16, horizon=2)
+    measured = measure_coupling(team, num_states=16, horizon=2, max_time=1)
     assert np.all(measured.frequency == measured.frequency[0]) and np.all(measured.frequency > 0)
     np.testing.assert_array_equal(measured.graph, np.ones((3, 3)))
 
@@ -176,7 +176,7 @@ def test_jaxnav_rewards_blended_with_the_team_mean_couple_both_robots():
     """JaxNav's default reward is ``0.5 own + 0.5 team mean``: a change of one robot's own
     reward changes both robots' rewards, in exactly the same samples."""
     env = make("jaxnav")
-    measured = measure_coupling(env, num_states=8, alternatives=2, max_time=4)
+    measured = measure_coupling(env, num_states=8, alternatives=2, max_time=1)
     np.testing.assert_array_equal(measured.frequency[0], measured.frequency[1])
     assert np.all((measured.frequency > 0) & (measured.frequency <= 1))
     np.testing.assert_array_equal(measured.graph, np.ones((2, 2)))
