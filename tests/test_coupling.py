@@ -1,7 +1,8 @@
 """Measured coupling (jaxpo.envs.coupling): it recovers the declared graphs of jaxpo's own
 environments exactly, shows what couples the JaxMARL families, honours its policy, only
 grows with the horizon, refuses bad arguments before compiling, and stands in for a
-declared graph in the khop support (``support.graph: measured``).
+declared graph in the khop support (``support.graph: measured``). MABrax's is measured in
+test_jaxmarl_control.py, on that module's hopper.
 
 Each measurement compiles one program, so the settings are the smallest that still show
 each mechanism: few states, short rollouts (``max_time``), few alternatives."""
@@ -101,19 +102,6 @@ def test_wireless_shared_access_points_are_recovered_exactly(kwargs):
 
 
 # ------------------------------------------------------------ JaxMARL families
-
-
-def test_mabrax_reward_coupling_is_complete_not_the_body_graph():
-    """MABrax's reward is one team reward (forward speed, control cost of every joint), so
-    every agent's action reaches every reward at once; the declared body graph says whose
-    joints act on each other directly, and takes its diameter in hops to cover it."""
-    env = make("hopper_3x1")
-    measured = measure_coupling(env, num_states=2, alternatives=1, max_time=1)
-    np.testing.assert_array_equal(measured.graph, np.ones((3, 3)))
-    np.testing.assert_array_equal(measured.frequency, 1.0)
-    assert np.all(measured.magnitude == measured.magnitude[0])  # one reward: every row the same
-    assert not np.array_equal(measured.declared, measured.graph)
-    assert measured.max_hops == hop_distances(measured.declared).max() == 2
 
 
 def test_smax_team_reward_couples_every_ally():
