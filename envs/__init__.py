@@ -14,6 +14,9 @@ registered the same way, by import path or as the class itself
 (``REGISTRY["ring_match"] = RingMatch``), or named without registering as
 ``"module:Class"``. ``make`` takes these names and the supported JaxMARL names;
 ``registered_names`` lists the registered and the JaxMARL ones.
+
+``measure_coupling`` measures an environment's coupling graph by stepping it
+(``jaxpo.envs.coupling``): for environments that declare none, or to check one that does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import inspect
 import numpy as np
 
 from .base import AutoReset, Env, TimeStep
+from .coupling import Coupling, measure_coupling
 
 # jaxpo's own environments: name -> "module:Class" (imported on first use) or an Env class.
 REGISTRY: dict[str, str | type[Env]] = {
@@ -130,4 +134,5 @@ def _env_class(name: str, entry: str | type) -> type[Env]:
     return entry
 
 
-__all__ = ["AutoReset", "Env", "TimeStep", "describe", "make", "registered_names", "REGISTRY"]
+__all__ = ["AutoReset", "Coupling", "Env", "TimeStep", "describe", "make", "measure_coupling", "registered_names",
+           "REGISTRY"]

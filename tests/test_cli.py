@@ -121,6 +121,30 @@ def test_envs_lists_every_name_with_its_sizes_spaces_and_coupling(capsys):
     assert capsys.readouterr().out.split() == registered_names()
 
 
+def test_envs_coupling_prints_the_measured_graph_beside_the_declared_one(capsys):
+    """public_goods on a ring of 8, radius 1 (test_coupling measures the same program):
+    each row is agent i's reward, each column the agent whose action varied."""
+    assert cli.main(["envs", "--coupling", "public_goods", "--num-states", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "public_goods: N = 8; 4 states, horizon 1, up to 4 alternative actions per agent and state"
+    rows = [line.split() for line in lines[2:10]]
+    assert rows[0] == ["0", "100", "100", ".", ".", ".", ".", ".", "100", "11.....1", "11.....1"]
+    assert rows[3] == ["3", ".", ".", "100", "100", "100", ".", ".", ".", "..111...", "..111..."]
+    assert lines[10].startswith("radius 4 ") and lines[10].endswith("from kappa = 1")
+    assert lines[11] == "measured graph == declared"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--coupling", "public_goods", "--horizon", "0"], "horizon must be an integer >= 1, got 0"),
+    (["--coupling", "public_goods", "--env-arg", "bogus=1"], "unknown parameter bogus for env 'public_goods'"),
+    (["--coupling", "no_such_env"], "unknown JaxMARL env name 'no_such_env'"),
+])
+def test_envs_coupling_bad_input_is_reported(argv, message, capsys):
+    assert cli.main(["envs", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxpo envs: error:") and message in err
+
+
 def test_envs_says_which_extra_a_family_needs(capsys, monkeypatch):
     from jaxpo.envs.jaxmarl import mabrax
 

@@ -1,7 +1,8 @@
 """JaxMARL's continuous-control families: robot navigation (JaxNav: per-agent rewards,
 lidar, a world state per agent) and Multi-Agent Brax (agents driving one body's joints,
 unequal observations, brax's own time limit). Each is checked against the family's own
-step and episode logic, its coupling graph, its missing-extra error and a learning test."""
+step and episode logic, its coupling graph (declared, and for MABrax measured), its
+missing-extra error and a learning test."""
 
 import jax
 import jax.numpy as jnp
@@ -140,6 +141,18 @@ def test_mabrax_coupling_is_the_bodys_joint_graph(name, graph):
     for i, j in graph:
         expected[i, j] = expected[j, i] = 1
     np.testing.assert_array_equal(env.coupling, expected)
+
+
+def test_mabrax_measured_coupling_is_complete_not_the_body_graph(hopper):
+    """MABrax's reward is one team reward (forward speed, every joint's control cost), so
+    every agent's action reaches every reward at once (jaxpo.envs.measure_coupling); the
+    declared body graph says whose joints act on each other directly, and khop on it
+    needs its diameter in hops to cover the measured graph."""
+    measured = jaxpo.envs.measure_coupling(hopper, num_states=2, alternatives=1, max_time=1)
+    np.testing.assert_array_equal(measured.frequency, np.ones((3, 3)))
+    assert np.all(measured.magnitude == measured.magnitude[0])  # one reward: every row the same
+    np.testing.assert_array_equal(measured.declared, hopper.coupling)
+    assert measured.max_hops == 2  # thigh to foot
 
 
 def test_mabrax_a_fall_terminates_and_the_time_limit_truncates(hopper):

@@ -106,7 +106,7 @@ def _add_section(parser: argparse.ArgumentParser, section: str) -> None:
                            metavar="NAME=VALUES",
                            help="an axis, repeatable: NAME=V1,V2,... (grid) or NAME=loguniform(LOW,HIGH) | "
                                 "uniform(LOW,HIGH) | choice(V1,V2,...) (random, drawn --samples times). NAME: any "
-                                "hyperparameter, support field (preset, kappa, matrices) or program field")
+                                "hyperparameter, support field (preset, kappa, graph, matrices) or program field")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,8 +142,18 @@ def build_parser() -> argparse.ArgumentParser:
                 _add_section(cmd, section)
         add_processes(cmd)
         add_compile_cache(cmd)
-    envs = sub.add_parser("envs", help="list the environments: agents, spaces and coupling at default parameters")
+    envs = sub.add_parser("envs", help="list the environments: agents, spaces and coupling at default parameters",
+                          description="Lists every environment; --coupling NAME measures one environment's coupling "
+                                      "by stepping it (jaxpo.envs.measure_coupling) instead.")
     envs.add_argument("--names", action="store_true", help="only the names, one per line")
+    envs.add_argument("--coupling", metavar="NAME", default=None,
+                      help="measure NAME's coupling: which agents' actions change which agents' rewards")
+    envs.add_argument("--env-arg", dest="env_kwargs", action="append", type=parse_env_arg, default=[],
+                      metavar="KEY=VALUE", help="with --coupling: an environment parameter, repeatable")
+    envs.add_argument("--horizon", type=int, default=1, metavar="H",
+                      help="with --coupling: a change within H steps counts (default: 1)")
+    envs.add_argument("--num-states", type=int, default=64, metavar="S",
+                      help="with --coupling: states sampled (default: 64)")
     _add_policy_commands(sub)
     ex = sub.add_parser("export", help="export evaluations as marl-eval JSON",
                         description="Reads eval_episodes.csv and absolute.csv (evaluation during training: "

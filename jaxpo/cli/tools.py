@@ -138,16 +138,26 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    """``jaxpo envs``: every registered environment with its agents, spaces and coupling.
+    """``jaxpo envs``: every registered environment with its agents, spaces and coupling,
+    or (``--coupling NAME``) one environment's measured coupling.
 
     Args:
-        args: the parsed flags (``names``: only the names, one a line).
+        args: the parsed flags (``names``: only the names, one a line; ``coupling``: the
+            environment to measure, with ``env_kwargs``, ``horizon`` and ``num_states``).
 
     Returns:
-        0.
+        0; 2 after a usage error (an unknown name or parameter, a bad setting).
     """
-    from jaxpo.envs import describe, make, registered_names
+    from jaxpo.envs import describe, make, measure_coupling, registered_names
 
+    if args.coupling is not None:
+        try:
+            env = make(args.coupling, **dict(args.env_kwargs))
+            measured = measure_coupling(env, num_states=args.num_states, horizon=args.horizon)
+        except (ImportError, ValueError) as err:
+            return report("envs", err)
+        print("\n".join(coupling_lines(args.coupling, measured)))
+        return 0
     if args.names:
         print("\n".join(registered_names()))
         return 0
@@ -163,3 +173,38 @@ def cmd_envs(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0
+
+
+def coupling_lines(name: str, measured) -> list[str]:
+    """A measured coupling as text: the settings, then one row per agent i with
+    ``frequency[i]`` in percent, the measured graph's row and the declared graph's row.
+
+    Args:
+        name: the environment's name.
+        measured: its ``jaxpo.envs.Coupling``.
+
+    Returns:
+        The lines. A frequency cell is ``.`` for 0, ``<1`` below 1 %, else the percent
+            rounded; a graph cell ``1`` or ``.``.
+    """
+    freq, n = measured.frequency, len(measured.graph)
+    percent = lambda f: "." if f == 0 else "<1" if f < 0.01 else f"{100 * f:.0f}"
+    cells = lambda row: "".join("1" if x else "." for x in row)
+    declared = measured.declared
+    lines = [f"{name}: N = {n}; {measured.num_states} states, horizon {measured.horizon}, up to "
+             f"{measured.alternatives} alternative actions per agent and state",
+             "row i, column j: % of agent j's varied actions that changed agent i's reward; the graph "
+             f"(frequency > {measured.threshold:g}){'; the declared graph' if declared is not None else ''}"]
+    for i in range(n):
+        row = " ".join(f"{percent(f):>3}" for f in freq[i])
+        lines.append(f"{i:>3}  {row}   {cells(measured.graph[i])}"
+                     + (f"   {cells(declared[i])}" if declared is not None else ""))
+    hops = "the declared graph" if declared is not None else "the measured graph"
+    lines.append(f"radius {'disconnected' if measured.radius is None else measured.radius} (the measured graph, "
+                 f"symmetrised); khop on {hops} covers every measured edge from kappa = "
+                 f"{'never (it misses one)' if measured.max_hops is None else measured.max_hops}")
+    if declared is not None:
+        lines.append("measured graph == declared" if np.array_equal(measured.graph, declared) else
+                     f"measured graph != declared: {int((measured.graph > declared).sum())} measured edges not "
+                     f"declared, {int((declared > measured.graph).sum())} declared edges not seen")
+    return lines

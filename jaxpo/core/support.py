@@ -525,7 +525,8 @@ def make_support(
             raise ValueError(
                 "preset 'khop' needs the environment's coupling graph (an [N, N] adjacency "
                 "of whose actions influence whose reward), but this environment declares "
-                "none; pass coupling=... or choose ippo/mappo/happo/joint"
+                "none; pass coupling=... (jaxpo.envs.measure_coupling(env).graph measures one) "
+                "or choose ippo/mappo/happo/joint"
             )
         c = _as_matrix(coupling, "coupling")
         if c.shape != (num_agents, num_agents):

@@ -3,7 +3,7 @@
 
     config:  Config        static: fixes the compiled program
     hyper:   Hyper         traced scalars (lr, clip_eps, …); S_A and S_R come from support
-    support: SupportSpec   preset, κ, or matrices from a file
+    support: SupportSpec   preset, κ and coupling graph, or matrices from a file
     run:     RunSettings   length, seeds, output — nothing here changes the program
     sweep:   SweepSpec     grid and random axes over any of the above but run
 
@@ -23,10 +23,11 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import yaml
 
-from jaxpo.core.checks import FieldError, Ref, positive_int
+from jaxpo.core.checks import FieldError, Ref, Setting, positive_int
 from jaxpo.program.config import Config, Hyper, config_to_dict
 from jaxpo.program.fields import coerce, coerce_fields, plain, type_hints
 from jaxpo.core.support import PRESETS, Support, custom, make_support
+from jaxpo.envs.coupling import measured_graph
 
 SupportName = Literal[(*PRESETS, "custom")]
 MATRIX_SUFFIXES = (".npz", ".json", ".yaml", ".yml")
@@ -44,12 +45,15 @@ class SupportSpec:
         preset: a preset (``ippo``, ``mappo``, ``happo``, ``joint``, ``khop``), or ``custom``
             for the matrices in the file ``matrices``.
         kappa: hops of the environment's coupling graph for preset khop (ignored otherwise).
+        graph: the coupling graph khop is built from: declared (the environment's own) or
+            measured (found by stepping the environment: jaxpo.envs.coupling.measured_graph).
         matrices: preset custom only: a file holding S_A and S_R as [N, N] arrays
             (.npz, or lists in .yaml / .json).
     """
 
     preset: SupportName = "khop"
     kappa: int = 1
+    graph: Literal["declared", "measured"] = "declared"
     matrices: str | None = None
 
     def __post_init__(self):
@@ -68,7 +72,8 @@ class SupportSpec:
             ValueError: if preset custom names no ``matrices`` file, ``matrices`` is given
                 with another preset, the file is missing, unreadable, of another suffix
                 or lacks S_A / S_R, the matrices are invalid or not ``[N, N]``, or the
-                preset cannot be built for ``env`` (khop without a coupling graph).
+                preset cannot be built for ``env`` (khop on a declared graph that ``env``
+                does not declare: the message names ``support.graph`` measured).
         """
         if self.preset == "custom":
             if not self.matrices:
@@ -79,8 +84,13 @@ class SupportSpec:
         if self.matrices:
             raise FieldError("support.matrices", "is only read with ", Ref("support.preset"),
                              f" 'custom', got preset {self.preset!r}")
-        kappa = self.kappa if self.preset == "khop" else None
-        return make_support(self.preset, env.num_agents, kappa=kappa, coupling=env.coupling)
+        khop = self.preset == "khop"
+        coupling = measured_graph(env) if khop and self.graph == "measured" else env.coupling
+        if khop and coupling is None:
+            raise FieldError.saying("support.graph", f"preset khop needs a coupling graph, but env {env.name!r} "
+                                    "declares none; set ", Setting("support.graph", "measured"), " to measure it "
+                                    "by stepping the environment, or choose ippo, mappo, happo or joint")
+        return make_support(self.preset, env.num_agents, kappa=self.kappa if khop else None, coupling=coupling)
 
 
 def load_matrices(path: str) -> Support:

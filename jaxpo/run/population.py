@@ -12,7 +12,7 @@ return over the updates since the last step; with evaluation on, the evaluation'
     explore  each PBT axis of a copier is resampled from its sweep distribution with
              probability ``resample``, else (numbers only) multiplied by a factor drawn
              from ``perturb`` and clipped to the axis's range. Support axes (preset,
-             kappa, matrices) are categories: resampled or kept.
+             kappa, graph, matrices) are categories: resampled or kept.
 
 The step is one jitted function over the runs axis (``exploit_explore``: gathers by
 parent index), so it runs unchanged with the runs sharded over devices and processes;
