@@ -301,6 +301,9 @@ ENVS = {  # name -> (env, env kwargs, radius c, Config options)
     # value 1, below the cost 0.7 (at the default cost 0.5 it is above). Measured: κ = 1
     # learns the team optimum anyway (docs/analysis.md, claim 3).
     "pg_c2_cost07": ("public_goods", {"num_agents": 32, "radius": 2, "cost": 0.7}, 2, {}),
+    # Users on a line between access points: a collision couples the two neighbours that
+    # share an AP, and a user's reward counts only its own deliveries (c = 1).
+    "wireless_line": ("wireless", {"num_users": 16}, 1, {}),
 }
 
 
