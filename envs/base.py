@@ -47,6 +47,9 @@ class TimeStep:
         final_global_state: float32 [N, S] or None — the same for ``global_state``.
         won: bool [] or None — for environments with a win condition (SMAX), the
             episode ended in a win at this step; None for the others.
+        active: bool [N] or None — the agents whose actions act on this step's
+            ``obs`` (a SMAX unit alive, a JaxNav robot still driving); an inactive
+            agent's action changes nothing. None: every agent acts at every step.
     """
 
     obs: jax.Array
@@ -58,6 +61,7 @@ class TimeStep:
     final_obs: jax.Array | None = None
     final_global_state: jax.Array | None = None
     won: jax.Array | None = None
+    active: jax.Array | None = None
 
     @property
     def done(self) -> jax.Array:
@@ -166,10 +170,13 @@ class AutoReset(Env):
 
     Args:
         env: the environment to wrap.
+        active: pass on the wrapped environment's ``active`` agents; False: every
+            ``TimeStep``'s ``active`` is None, so a program that does not mask inactive
+            agents computes nothing for them.
     """
 
-    def __init__(self, env: Env):
-        self.env = env
+    def __init__(self, env: Env, active: bool = True):
+        self.env, self.keeps_active = env, active
         for attr in ("name", "num_agents", "obs_dim", "num_actions", "continuous", "global_state_dim", "max_steps"):
             setattr(self, attr, getattr(env, attr))
 
@@ -215,7 +222,8 @@ class AutoReset(Env):
                 with ``final_obs`` / ``final_global_state`` set to its ``obs`` / ``global_state``.
         """
         state, ts = self.env.reset(key)
-        return state, ts.replace(final_obs=ts.obs, final_global_state=ts.global_state)
+        active = ts.active if self.keeps_active else None
+        return state, ts.replace(final_obs=ts.obs, final_global_state=ts.global_state, active=active)
 
     def step(self, key: jax.Array, state: Any, actions: jax.Array) -> tuple[Any, TimeStep]:
         """Steps the wrapped environment and, where the episode ended, starts a new one.
@@ -227,14 +235,16 @@ class AutoReset(Env):
 
         Returns:
             ``(state, timestep)``: when the step ended the episode (``done``), the new
-                episode's state, ``obs``, ``action_mask`` and ``global_state``, else the
-                step's; ``reward``, ``terminated``, ``truncated`` and ``won`` are always the
-                step's, and ``final_obs`` / ``final_global_state`` the step's own
-                observation and global state (``[N, O]`` / ``[N, S]``).
+                episode's state, ``obs``, ``action_mask``, ``global_state`` and ``active``,
+                else the step's; ``reward``, ``terminated``, ``truncated`` and ``won`` are
+                always the step's, and ``final_obs`` / ``final_global_state`` the step's
+                own observation and global state (``[N, O]`` / ``[N, S]``).
         """
         key_step, key_reset = jax.random.split(key)
         next_state, ts = self.env.step(key_step, state, actions)
         reset_state, reset_ts = self.env.reset(key_reset)
+        if not self.keeps_active:
+            ts, reset_ts = ts.replace(active=None), reset_ts.replace(active=None)
         done = ts.done
         pick = lambda new, cont: jax.tree.map(lambda a, b: jnp.where(done, a, b), new, cont)
         return pick(reset_state, next_state), TimeStep(
@@ -247,4 +257,5 @@ class AutoReset(Env):
             final_obs=ts.obs,
             final_global_state=ts.global_state,
             won=ts.won,
+            active=pick(reset_ts.active, ts.active),
         )

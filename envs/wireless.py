@@ -89,6 +89,9 @@ class WirelessAccess(Env):
 
     Reward: ``r_i`` = packets user i delivered this step (0 or 1).
 
+    Active agents: the users holding a packet (``TimeStep.active``); an empty queue's
+    action changes nothing.
+
     Coupling: ``coupling[i, j] = 1`` iff users i and j share an AP (self included):
     only a transmission to one of i's APs can collide with i's.
 
@@ -187,6 +190,7 @@ class WirelessAccess(Env):
             terminated=jnp.array(False),
             truncated=state.t >= self.max_steps,
             action_mask=jnp.ones((self.num_agents, self.num_actions), bool),
+            active=state.queue.any(axis=1),
         )
 
     def reset(self, key: jax.Array) -> tuple[WirelessState, TimeStep]:

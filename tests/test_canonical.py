@@ -10,6 +10,12 @@ is computed exactly by enumerating all joint actions. At θ = θ_old its gradien
 agent k must be Σ_j S̃[k, j] E[∇log π_k · A_j] with S̃ = S_R @ S_A: the objective's
 signal depends on (S_A, S_R) only through S̃.
 
+With state-dependent supports (active agents: a state s says which agents act, m(s)),
+the supports of state s are ``S_A · M`` and ``M · S_R`` with term i weighted by m_i
+(``M = diag(m(s))``), so the signal of state s is ``S̃(s) = M S_R M S_A M`` and the
+canonical structure holds state by state: the pair's gradient is that of
+``(S̃(s), I)`` applied in each state.
+
 Modules under test: ``jaxpo.core.support`` (``canonical``) and ``jaxpo.core.losses``."""
 
 import itertools
@@ -53,11 +59,12 @@ def per_agent_advantages(joint, rewards, theta_old):
 
 
 @jax.jit
-def _objective_grad(S_A, S_R, joint, adv, pi_old, theta_old):
+def _objective_grad(S_A, S_R, joint, adv, pi_old, theta_old, active=None):
     m, n = joint.shape
     agents = jnp.arange(n)
     old_log_prob = jax.nn.log_softmax(theta_old)[agents, joint]  # [M, N]
-    a_hat = losses.aggregate_advantages(adv, S_A)
+    active = None if active is None else jnp.broadcast_to(active, (m, n))  # one state: the same agents act
+    a_hat = losses.aggregate_advantages(adv, S_A, active)
     # policy_loss averages over the batch; we need the π_old-weighted sum. Since
     # min(ρ c Â, clip(ρ) c Â) = c · min(ρ Â, clip(ρ) Â) for c > 0, scaling Â by
     # c(a) = M · π_old(a) > 0 turns the batch mean into Σ_a π_old(a) (...).
@@ -65,16 +72,17 @@ def _objective_grad(S_A, S_R, joint, adv, pi_old, theta_old):
 
     def objective(theta):
         log_prob = jax.nn.log_softmax(theta)[agents, joint]
-        loss, _ = losses.policy_loss(log_prob, old_log_prob, a_hat, S_R, EPS)
+        loss, _ = losses.policy_loss(log_prob, old_log_prob, a_hat, S_R, EPS, active=active)
         return -loss  # L = −loss
 
     return jax.grad(objective)(theta_old)
 
 
-def expected_objective_grad(S_A, S_R, joint, rewards, theta_old):
-    """∇_θ L at θ = θ_old via jaxpo.losses and jax.grad; [N, A]."""
+def expected_objective_grad(S_A, S_R, joint, rewards, theta_old, active=None):
+    """∇_θ L at θ = θ_old via jaxpo.losses and jax.grad, ``active [N]`` the agents acting
+    (None: all); [N, A]."""
     adv, pi_old = per_agent_advantages(joint, rewards, theta_old)
-    args = (S_A, S_R, joint, adv, pi_old, theta_old)
+    args = (S_A, S_R, joint, adv, pi_old, theta_old) + (() if active is None else (active,))
     grad = np.asarray(_objective_grad(*(jnp.asarray(x) for x in args)))
     assert grad.dtype == np.float64  # the tolerances below rely on x64
     return grad
@@ -148,3 +156,33 @@ def test_gradient_matches_closed_form(n, n_act, support):
     g = expected_objective_grad(S_A, S_R, *game)
     expected = closed_form_grad(S_R @ S_A, *game)
     np.testing.assert_allclose(g, expected, rtol=1e-9, atol=1e-12)
+
+
+def state_dependent_game(n, n_act, seed):
+    """Three states with probabilities p(s), each its own reward table and its own active
+    agents (everyone; all but agent 1; all but agent 0), one behaviour policy."""
+    joint, _, theta_old = make_game(n, n_act, seed)
+    tables = [make_game(n, n_act, seed + 10 + s)[1] for s in range(3)]
+    masks = [np.ones(n, bool), np.arange(n) != 1, np.arange(n) != 0]
+    p = np.random.default_rng(seed).dirichlet(np.ones(3))
+    return joint, theta_old, list(zip(p, tables, masks))
+
+
+@pytest.mark.parametrize("n,n_act", GAMES)
+def test_active_agents_hold_the_canonical_structure_state_by_state(n, n_act):
+    """Masked (S_A, S_R) gives the gradient of the closed form with S̃(s) = M S_R M S_A M
+    in each state, and so of the per-state canonical pair (S̃(s), I) unmasked; the
+    unmasked pair's gradient differs (the masks matter)."""
+    joint, theta_old, states = state_dependent_game(n, n_act, seed=6)
+    S_A, S_R = random_support(n, seed=7)
+    masked = canonical = closed = unmasked = 0.0
+    for p, rewards, m in states:
+        M = np.diag(m.astype(np.float64))
+        signal = M @ S_R @ M @ S_A @ M
+        masked = masked + p * expected_objective_grad(S_A, S_R, joint, rewards, theta_old, active=m)
+        canonical = canonical + p * expected_objective_grad(signal, np.eye(n), joint, rewards, theta_old)
+        closed = closed + p * closed_form_grad(signal, joint, rewards, theta_old)
+        unmasked = unmasked + p * expected_objective_grad(S_A, S_R, joint, rewards, theta_old)
+    np.testing.assert_allclose(masked, closed, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(masked, canonical, rtol=0, atol=1e-10)
+    assert np.abs(masked).max() > 1e-2 and np.abs(masked - unmasked).max() > 1e-3

@@ -239,3 +239,16 @@ def test_rejects_bad_shapes():
             actor_apply, PARAMS, opt_state, OPT, BATCH, ADV[:, :2], jnp.array(ORDER), KEY, clip_eps=EPS, ent_coef=ENT,
             num_epochs=1, num_minibatches=4,
         )
+
+
+def test_an_inactive_agents_ratio_leaves_the_later_agents_factors():
+    """The first agent in the order acts in the second half of the batch only: the agent
+    after it trains with the factor 1 exactly on the first half, and with the first
+    agent's moved ratio on the second."""
+    active = jnp.ones((B, N), bool).at[: B // 2, ORDER[0]].set(False)
+    _, _, trace = jax.jit(lambda params: happo.sequential_actor_trace(
+        actor_apply, params, happo.init_opt_state(OPT, params), OPT, BATCH.replace(active=active), ADV,
+        jnp.array(ORDER), KEY, clip_eps=EPS, ent_coef=ENT, num_epochs=EPOCHS, num_minibatches=MBS))(PARAMS)
+    second = np.asarray(trace["factor"][1])
+    assert np.all(second[: B // 2] == 1.0)
+    assert np.mean(second[B // 2:] != 1.0) > 0.9, second

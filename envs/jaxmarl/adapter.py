@@ -326,6 +326,7 @@ class JaxMARLAdapter(Env):
             action_mask=self._action_mask(state),
             global_state=self._global_state(obs, state),
             won=self.family.won(self.env, state),
+            active=self.family.active(self.env, state),
         )
 
     @functools.partial(jax.jit, static_argnums=0)
@@ -343,4 +344,5 @@ class JaxMARLAdapter(Env):
             action_mask=self._action_mask(next_state),
             global_state=self._global_state(obs, next_state),
             won=self.family.won(self.env, next_state),
+            active=self.family.active(self.env, next_state),
         )

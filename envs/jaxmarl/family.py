@@ -9,6 +9,7 @@ the defaults here (a JaxMARL environment of no known family gets these defaults)
   JaxMARL objects), ``build``;
 * agents: ``heuristic_agents`` (JaxMARL agents that JaxMARL moves itself);
 * episode ends: ``max_steps``, ``time_up``, ``terminal`` (a decided game), ``won``;
+* ``active``: which agents still act (a unit alive, a robot still driving);
 * observations: ``global_state_dim`` and ``global_state`` (the world state), and
   ``available_actions`` (the action masks);
 * ``coupling`` (whose actions reach whose reward; ``complete_coupling`` for one team
@@ -280,6 +281,19 @@ class Family:
 
         Returns:
             bool [], or None for a family without a win (the base).
+        """
+        return None
+
+    def active(self, env: Any, state: Any) -> jax.Array | None:
+        """Which agents act in ``state``: an inactive agent's action changes nothing.
+
+        Args:
+            env: the JaxMARL environment.
+            state: a state (reset or reached).
+
+        Returns:
+            bool [N] in the adapter's agent order, or None for a family whose agents all
+            act at every step (the base).
         """
         return None
 

@@ -8,6 +8,7 @@
 * Episode ends: when every robot has reached its goal or crashed, a termination; an
   episode that ends at its time limit with a robot still driving is a truncation. A
   robot that has reached its goal or crashed stays put with reward 0 until the end.
+* Active agents: the robots still driving (JaxNav's per-robot ``done`` unset).
 * Observations: a world state per agent (JaxNav's ``get_world_state``), [N, S].
 * Coupling: the complete graph: each agent's reward is blended with the team mean
   (``rew_lambda``), and any two robots can collide.
@@ -50,6 +51,10 @@ class JaxNavFamily(Family):
     def terminal(self, env: Any, state: Any, actions: dict, next_state: Any) -> jax.Array:
         """Every robot is at its goal or has crashed (now or, evaporating, before)."""
         return jnp.all(state.done | next_state.goal_reached | next_state.move_term)
+
+    def active(self, env: Any, state: Any) -> jax.Array:
+        """bool [N]: the robots that have neither reached their goal nor crashed."""
+        return ~state.done
 
     def global_state_dim(self, env: Any, obs_shapes: dict) -> int:
         """The width of one agent's row of ``get_world_state``."""

@@ -15,6 +15,8 @@
   out on one step is a draw).
 * Observations: ``obs["world_state"]``, broadcast to every agent; the action masks are
   JaxMARL's ``get_avail_actions``.
+* Active agents: the allies alive (a dead unit's action changes nothing; it still
+  receives the team reward).
 * Coupling: the complete graph (one team reward).
 * Renderer: SMAX's ``init_render`` (allies blue, enemies green; no shots, the state
   holds no actions).
@@ -93,6 +95,10 @@ class SMAXFamily(Family):
         """Every enemy dead and an ally alive."""
         allies_dead, enemies_dead = _battle(env, state)
         return enemies_dead & ~allies_dead
+
+    def active(self, env: Any, state: Any) -> jax.Array:
+        """bool [allies]: the allies alive."""
+        return inner_state(state).unit_alive[:env.num_allies]
 
     def render(self, env: Any, state: Any) -> np.ndarray:
         """SMAX's ``init_render``, every unit's action 0 (a move: no bullets drawn)."""

@@ -12,6 +12,9 @@ another in ``order`` (a fresh random permutation each step). With ``M_0 = 1``:
 Only agent m's own ratio ρ_m is clipped; the factor M_p — the product of the
 already-updated agents' new/old ratios, unclipped — is a constant (no gradient flows
 into earlier agents). The critic is not touched here; it is trained separately.
+Where the batch says which agents act (``active``), an inactive agent's samples leave
+its own surrogate and entropy (they count as zero in the means) and its ratio leaves
+the later agents' factors, as in ``jaxpo.core.losses``.
 
 Layout: per-agent actor parameters *and* optimiser states carry a leading agent axis
 ``[N, ...]`` (``init_opt_state`` vmaps ``optimizer.init``, so every agent has its own
@@ -37,7 +40,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxpo.core.axes import pmean, varying
-from jaxpo.core.losses import mean_std
+from jaxpo.core.losses import clip_fraction, masked_mean, mean_std
 from jaxpo.core.rollout import epochs
 
 ActorApply = Callable[[Any, jax.Array, jax.Array], Any]  # -> a distribution (categorical or Gaussian)
@@ -64,6 +67,7 @@ def happo_policy_loss(
     advantages: chex.Array,
     factor: chex.Array,
     clip_eps: chex.Numeric,
+    active: chex.Array | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """One agent's HAPPO surrogate (negated, to minimise).
 
@@ -80,6 +84,8 @@ def happo_policy_loss(
       advantages: the agent's (normalised) advantage column.
       factor: product of the earlier agents' new/old ratios (1 for the first).
       clip_eps: scalar ε; may be traced.
+      active: bool, the shape of the others, or None: the samples where the agent acts;
+        the others count as zero in the loss and are left out of the metrics.
 
     Returns:
       ``(loss, metrics)``; metrics ``"clip_frac"`` (fraction with ``|ρ − 1| > ε``) and
@@ -93,11 +99,12 @@ def happo_policy_loss(
     log_ratio = log_prob - old_log_prob
     ratio = jnp.exp(log_ratio)
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    loss = -jnp.mean(factor * jnp.minimum(ratio * advantages, clipped * advantages))
+    surrogate = factor * jnp.minimum(ratio * advantages, clipped * advantages)
+    loss = -jnp.mean(surrogate if active is None else jnp.where(active, surrogate, 0.0))
     ratio, log_ratio = jax.lax.stop_gradient((ratio, log_ratio))
     metrics = {
-        "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(loss.dtype)),
-        "approx_kl": jnp.mean(jnp.expm1(log_ratio) - log_ratio),
+        "clip_frac": clip_fraction(ratio, clip_eps, active),
+        "approx_kl": masked_mean(jnp.expm1(log_ratio) - log_ratio, active),
     }
     return loss, metrics
 
@@ -132,8 +139,9 @@ def sequential_actor_trace(
       optimizer: optax transformation; may be built from traced hyperparameters.
       batch: any object with attributes ``obs [B, N, O]``, ``action_mask bool
         [B, N, A]``, ``action int [B, N]`` (continuous: float ``[B, N, A]``),
-        ``log_prob [B, N]`` (behaviour policy),
-        e.g. a ``jaxpo.core.rollout.Transition`` flattened to ``[B, ...]``. Other fields are ignored.
+        ``log_prob [B, N]`` (behaviour policy) and ``active`` (bool ``[B, N]``, or None:
+        every agent acts), e.g. a ``jaxpo.core.rollout.Transition`` flattened to
+        ``[B, ...]``. Other fields are ignored.
       advantages: ``[B, N]`` (``[B, N, L]``) column m is agent m's advantage (for
         HAPPO every column is the normalised team advantage; distinct columns are
         allowed). ``obs``, ``action_mask``, ``action`` and ``log_prob`` may carry the
@@ -166,6 +174,7 @@ def sequential_actor_trace(
       ``[B, L]`` with a step axis).
     """
     obs, mask, action, old_log_prob = batch.obs, batch.action_mask, batch.action, batch.log_prob
+    active = getattr(batch, "active", None)
     chex.assert_rank(order, 1)
     chex.assert_equal_shape([old_log_prob, advantages])
     chex.assert_equal_shape_prefix([obs, mask, action, old_log_prob, *extra_inputs], 2)
@@ -181,17 +190,19 @@ def sequential_actor_trace(
         raise ValueError(f"num_minibatches ({num_minibatches}) must divide the batch size ({num_samples})")
 
     # Agent-major [N, B, ...] so that agent m's data is one dynamic slice.
-    data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), (obs, mask, action, old_log_prob, advantages, extra_inputs))
+    data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1),
+                        (obs, mask, action, old_log_prob, advantages, extra_inputs, active))
     agent_keys = jax.random.split(key, num_agents)
     take = lambda tree, m: jax.tree.map(lambda x: x[m], tree)
     put = lambda tree, m, new: jax.tree.map(lambda x, y: x.at[m].set(y), tree, new)
 
     def loss_fn(params_m, minibatch):
-        obs_m, mask_m, action_m, old_lp, adv, extra, factor = minibatch
+        obs_m, mask_m, action_m, old_lp, adv, extra, active_m, factor = minibatch
         dist = actor_apply(params_m, obs_m, mask_m, *extra)
         pi_loss, metrics = happo_policy_loss(dist.log_prob(action_m), old_log_prob=old_lp, advantages=adv,
-                                             factor=factor, clip_eps=clip_eps)
-        entropy = jnp.mean(dist.entropy())
+                                             factor=factor, clip_eps=clip_eps, active=active_m)
+        entropy = dist.entropy()
+        entropy = jnp.mean(entropy if active_m is None else jnp.where(active_m, entropy, 0.0))
         return pi_loss - ent_coef * entropy, {"policy_loss": pi_loss, "entropy": entropy, **metrics}
 
     # The gradient of the devices' mean loss (the gradient w.r.t. replicated params is
@@ -212,10 +223,12 @@ def sequential_actor_trace(
         (params_m, opt_m), metrics = epochs(minibatch_step, (params_m, opt_m), agent_data, agent_keys[m], num_epochs,
                                             num_minibatches, platform, unroll)
 
-        # Unclipped new/old ratio of the updated agent on the whole batch.
-        obs_m, mask_m, action_m, old_lp, _, extra = agent_data[:6]
-        new_lp = actor_apply(params_m, obs_m, mask_m, *extra).log_prob(action_m)
-        new_factor = jax.lax.stop_gradient(factor * jnp.exp(new_lp - old_lp))
+        # Unclipped new/old ratio of the updated agent on the whole batch (1 where it is inactive).
+        obs_m, mask_m, action_m, old_lp, _, extra, active_m = agent_data[:7]
+        log_ratio = actor_apply(params_m, obs_m, mask_m, *extra).log_prob(action_m) - old_lp
+        if active_m is not None:
+            log_ratio = jnp.where(active_m, log_ratio, 0.0)
+        new_factor = jax.lax.stop_gradient(factor * jnp.exp(log_ratio))
 
         out = {"agent": m, "factor": factor, **jax.tree.map(jnp.mean, metrics)}
         return (put(params, m, params_m), put(opt, m, opt_m), new_factor), out

@@ -10,6 +10,18 @@ Pure functions. N agents; the last axis of every per-agent array is the agent ax
   *averaged*. Summing (not averaging) over terms makes ippo (S_A = S_R = I) with
   per-agent parameters give agent k exactly its own single-agent PPO gradient.
 
+**Active agents.** Where an environment reports which agents act (``active [..., N]``:
+a SMAX unit alive, a JaxNav robot driving), the supports follow the state: an inactive
+agent's advantage leaves every credit (``S_A``'s column), its ratio leaves every product
+(``S_R``'s row) and its own term leaves the objective, with its entropy:
+``S_A(s) = S_A · diag(m)``, ``S_R(s) = diag(m) · S_R`` and term i weighted by ``m_i``,
+so the signal of state s is ``diag(m) S_R diag(m) S_A diag(m)``. Terms stay summed and
+the batch averaged over all its entries (inactive ones count as zero), the unbiased
+estimate of ``Σ_i E[m_i(s) · surrogate_i]``; MAPPO's death masking averages over the
+active entries instead. The value loss keeps every entry: an agent's return is defined
+whether or not it acts, and GAE reads its value in every state. ``active`` None is
+every agent at every step: the same computation as without it.
+
 Every matrix, ε and coefficient may be a traced value (the train function is
 vmapped over them), so none of them enters Python control flow. A support is either
 a dense ``[N, N]`` array or its padded neighbour lists (``jaxpo.core.sparse``, chosen by
@@ -53,8 +65,9 @@ def _check_support(x: chex.Array, S: chex.Array | NeighbourLists, name: str, by_
     chex.assert_shape(S, (n, n))
 
 
-def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourLists) -> chex.Array:
-    """Term advantages ``Â_i = Σ_j S_A[i, j] A_j``.
+def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourLists,
+                         active: chex.Array | None = None) -> chex.Array:
+    """Term advantages ``Â_i = Σ_j S_A[i, j] A_j`` (``Σ_j S_A[i, j] m_j A_j`` with ``active``).
 
     Computed at full matmul precision (dense) or as a gather and sum (neighbour lists).
 
@@ -63,6 +76,8 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
         S_A: ``[N, N]`` advantage support (row i = weights of term i), or its row lists
             (``jaxpo.core.sparse.NeighbourLists`` with ``by_column=False``, ``[N, K]`` leaves:
             O(N·K) instead of O(N²)); may be traced.
+        active: bool ``[..., N]`` (``advantages``' shape) or None: the agents acting at each
+            entry; an inactive agent's advantage leaves every credit.
 
     Returns:
         ``[..., N]`` term advantages Â_i.
@@ -78,6 +93,8 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
         [6.0, 6.0, 6.0]
     """
     _check_support(advantages, S_A, "S_A", by_column=False)
+    if active is not None:
+        advantages = jnp.where(active, advantages, 0.0)
     if isinstance(S_A, NeighbourLists):
         return sparse.aggregate(advantages, S_A)
     return jnp.einsum("...j,ij->...i", advantages, S_A, precision=_HIGHEST)
@@ -113,7 +130,8 @@ def aggregate_log_ratio(log_ratio: chex.Array, S_R: chex.Array | NeighbourLists)
     return jnp.einsum("...k,ki->...i", log_ratio, S_R, precision=_HIGHEST)
 
 
-def normalize_advantages(advantages: chex.Array, scope: str, axis_name: str | None = None) -> chex.Array:
+def normalize_advantages(advantages: chex.Array, scope: str, axis_name: str | None = None,
+                         active: chex.Array | None = None) -> chex.Array:
     """Standardise advantages: ``(A − mean) / (std + 1e-8)``.
 
     Args:
@@ -123,9 +141,12 @@ def normalize_advantages(advantages: chex.Array, scope: str, axis_name: str | No
             agent over all leading axes.
         axis_name: when the batch is split into equal shares over the devices of this
             mapped axis, the statistics are those of the whole batch; None: one device.
+        active: bool ``[B..., N]`` or None: the statistics are those of the active
+            entries, and the inactive ones are 0 (their terms leave the objective).
 
     Returns:
-        ``[B..., N]`` normalised advantages (``advantages`` itself for ``"none"``).
+        ``[B..., N]`` normalised advantages (``advantages`` itself for ``"none"`` without
+        ``active``).
 
     Raises:
         ValueError: if ``scope`` is not one of ``"none"``, ``"batch"``, ``"agent"``, or
@@ -144,10 +165,11 @@ def normalize_advantages(advantages: chex.Array, scope: str, axis_name: str | No
             f"{jnp.shape(advantages)}"
         )
     if scope == "none":
-        return advantages
+        return advantages if active is None else jnp.where(active, advantages, 0.0)
     axes = None if scope == "batch" else tuple(range(jnp.ndim(advantages) - 1))
-    mean, std = mean_std(advantages, axes, axis_name)
-    return (advantages - mean) / (std + _EPS)
+    mean, std = mean_std(advantages, axes, axis_name, active)
+    normalized = (advantages - mean) / (std + _EPS)
+    return normalized if active is None else jnp.where(active, normalized, 0.0)
 
 
 # The raw importance-weight moments ``policy_loss(weight_stats=True)`` adds to its metrics.
@@ -173,12 +195,13 @@ def weight_moments(rho_bar: chex.Array) -> dict[str, chex.Array]:
     return {"rho_dev": jnp.mean(dev), "rho_dev_sq": jnp.mean(jnp.square(dev)), "rho_max": jnp.max(rho_bar)}
 
 
-def clip_fraction(rho_bar: chex.Array, clip_eps: chex.Numeric) -> chex.Array:
+def clip_fraction(rho_bar: chex.Array, clip_eps: chex.Numeric, where: chex.Array | None = None) -> chex.Array:
     """Fraction of the importance weights ``ρ̄`` with ``|ρ̄ − 1| > ε``.
 
     Args:
         rho_bar: importance weights ρ̄, a float array of any shape (e.g. ``[B, N]``).
         clip_eps: scalar clip range ε; may be traced.
+        where: bool, ``rho_bar``'s shape, or None: count only these entries (``masked_mean``).
 
     Returns:
         Scalar array in ``[0, 1]``, of ``rho_bar``'s dtype.
@@ -188,10 +211,31 @@ def clip_fraction(rho_bar: chex.Array, clip_eps: chex.Numeric) -> chex.Array:
         >>> float(clip_fraction(jnp.array([1.0, 1.3, 0.7, 1.1]), 0.2))
         0.5
     """
-    return jnp.mean((jnp.abs(rho_bar - 1.0) > clip_eps).astype(rho_bar.dtype))
+    return masked_mean((jnp.abs(rho_bar - 1.0) > clip_eps).astype(rho_bar.dtype), where)
 
 
-def mean_std(x: chex.Array, axes: tuple[int, ...] | None, axis_name: str | None = None) -> tuple[chex.Array, chex.Array]:
+def masked_mean(x: chex.Array, where: chex.Array | None) -> chex.Array:
+    """Mean of ``x`` over its entries where ``where`` is True.
+
+    Args:
+        x: float array of any shape.
+        where: bool, ``x``'s shape, or None: every entry.
+
+    Returns:
+        Scalar array: the mean over the selected entries (0 when none is selected).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> float(masked_mean(jnp.array([1.0, 2.0, 6.0]), jnp.array([True, False, True])))
+        3.5
+    """
+    if where is None:
+        return jnp.mean(x)
+    return jnp.sum(jnp.where(where, x, 0.0)) / jnp.maximum(jnp.sum(where, dtype=x.dtype), 1.0)
+
+
+def mean_std(x: chex.Array, axes: tuple[int, ...] | None, axis_name: str | None = None,
+             where: chex.Array | None = None) -> tuple[chex.Array, chex.Array]:
     """Mean and (population) standard deviation of ``x`` over ``axes``, kept as size-1 axes.
 
     Args:
@@ -199,6 +243,8 @@ def mean_std(x: chex.Array, axes: tuple[int, ...] | None, axis_name: str | None 
         axes: the axes to reduce; None: all of them.
         axis_name: a mapped axis over whose devices ``x`` is split into equal shares; the
             statistics are then those of the whole, gathered by ``pmean``. None: one device.
+        where: bool, ``x``'s shape, or None: the statistics of the entries where it is
+            True only (a reduction with none of them: mean 0, std 0).
 
     Returns:
         ``(mean, std)``: two arrays of ``x``'s rank, with size 1 along ``axes`` (along
@@ -210,6 +256,11 @@ def mean_std(x: chex.Array, axes: tuple[int, ...] | None, axis_name: str | None 
         >>> mean.tolist(), std.tolist()
         ([[2.0, 3.0]], [[1.0, 1.0]])
     """
+    if where is not None:  # sums over the devices' shares, as ratios of their means
+        count = jnp.maximum(pmean(jnp.sum(where, axis=axes, keepdims=True, dtype=x.dtype), axis_name), _EPS)
+        total = lambda y: pmean(jnp.sum(jnp.where(where, y, 0.0), axis=axes, keepdims=True), axis_name)
+        mean = total(x) / count
+        return mean, jnp.sqrt(total(jnp.square(x - mean)) / count)
     mean = pmean(jnp.mean(x, axis=axes, keepdims=True), axis_name)
     return mean, jnp.sqrt(pmean(jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True), axis_name))
 
@@ -221,6 +272,7 @@ def policy_loss(
     S_R: chex.Array,
     clip_eps: chex.Numeric,
     weight_stats: bool = False,
+    active: chex.Array | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """Support-matrix clipped surrogate loss (negated objective, to minimise).
 
@@ -242,13 +294,16 @@ def policy_loss(
         S_R: ``[N, N]`` 0/1 ratio support or its column lists (``aggregate_log_ratio``);
             may be traced.
         clip_eps: scalar ε; may be traced.
-        weight_stats: static; also return the moments of ρ̄ (``weight_moments``).
+        weight_stats: static; also return the moments of ρ̄ (``weight_moments``, over
+            every entry).
+        active: bool ``[B, N]`` or None: an inactive agent's ratio leaves every product
+            and its term the objective (the module docstring).
 
     Returns:
         ``(loss, metrics)``: the scalar loss, and a dict of scalar metrics: ``"clip_frac"``
         (fraction of (b, i) with ``|ρ̄_i − 1| > ε``), ``"approx_kl"`` (mean over b and
-        agents k of ``(ρ_k − 1) − log ρ_k``, per-agent ratios) and, with ``weight_stats``,
-        the ``WEIGHT_MOMENTS``.
+        agents k of ``(ρ_k − 1) − log ρ_k``, per-agent ratios) — each over the active
+        entries with ``active`` — and, with ``weight_stats``, the ``WEIGHT_MOMENTS``.
 
     Raises:
         AssertionError: if ``log_prob``, ``old_log_prob`` and ``advantages`` are not all
@@ -262,16 +317,20 @@ def policy_loss(
     advantages = jax.lax.stop_gradient(advantages)
 
     log_ratio = log_prob - old_log_prob  # [B, N], per agent k
+    if active is not None:
+        log_ratio = jnp.where(active, log_ratio, 0.0)
     rho_bar = jnp.exp(aggregate_log_ratio(log_ratio, S_R))  # [B, N], per term i
     clipped = jnp.clip(rho_bar, 1.0 - clip_eps, 1.0 + clip_eps)
     surrogate = jnp.minimum(rho_bar * advantages, clipped * advantages)
+    if active is not None:
+        surrogate = jnp.where(active, surrogate, 0.0)
     loss = -jnp.sum(jnp.mean(surrogate, axis=0))
 
     rho_bar = jax.lax.stop_gradient(rho_bar)
     log_ratio = jax.lax.stop_gradient(log_ratio)
     metrics = {
-        "clip_frac": clip_fraction(rho_bar, clip_eps),
-        "approx_kl": jnp.mean(jnp.expm1(log_ratio) - log_ratio),
+        "clip_frac": clip_fraction(rho_bar, clip_eps, active),
+        "approx_kl": masked_mean(jnp.expm1(log_ratio) - log_ratio, active),
         **(weight_moments(rho_bar) if weight_stats else {}),
     }
     return loss, metrics
@@ -393,11 +452,12 @@ def value_loss_huber(
     return _clipped_value_loss(values, old_values, returns, clip_eps, lambda e: huber(e, delta), clip)
 
 
-def entropy_bonus(entropy: chex.Array) -> chex.Array:
+def entropy_bonus(entropy: chex.Array, active: chex.Array | None = None) -> chex.Array:
     """Policy entropy summed over agents, averaged over the batch.
 
     Args:
         entropy: ``[B, N]`` per-agent policy entropies.
+        active: bool ``[B, N]`` or None: inactive entries count as zero.
 
     Returns:
         Scalar ``mean_b Σ_k entropy[b, k]``.
@@ -406,6 +466,8 @@ def entropy_bonus(entropy: chex.Array) -> chex.Array:
         AssertionError: if ``entropy`` is not rank 2 (chex check).
     """
     chex.assert_rank(entropy, 2)
+    if active is not None:
+        entropy = jnp.where(active, entropy, 0.0)
     return jnp.mean(jnp.sum(entropy, axis=-1))
 
 
@@ -423,6 +485,7 @@ def ppo_loss(
     ent_coef: chex.Numeric,
     huber_delta: chex.Numeric | None = None,
     weight_stats: bool = False,
+    active: chex.Array | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """Total loss ``policy_loss + vf_coef · value_loss − ent_coef · entropy_bonus``.
 
@@ -445,6 +508,8 @@ def ppo_loss(
         ent_coef: scalar weight of the entropy bonus (subtracted).
         huber_delta: None for the squared-error value loss, else the scalar Huber δ > 0.
         weight_stats: static; also return the ``WEIGHT_MOMENTS`` of ρ̄.
+        active: bool ``[B, N]`` or None: the agents acting at each sample; an inactive
+            agent leaves the policy loss and the entropy (the module docstring).
 
     Returns:
         ``(loss, metrics)``: the scalar total loss, and a dict of scalar metrics
@@ -458,9 +523,9 @@ def ppo_loss(
             ``[N, N]`` matrix.
     """
     chex.assert_equal_shape([log_prob, values, entropy])
-    pi_loss, pi_metrics = policy_loss(log_prob, old_log_prob, advantages, S_R, clip_eps, weight_stats)
+    pi_loss, pi_metrics = policy_loss(log_prob, old_log_prob, advantages, S_R, clip_eps, weight_stats, active)
     v_loss = value_loss(values, old_values, returns, clip_eps, huber_delta)
-    ent = entropy_bonus(entropy)
+    ent = entropy_bonus(entropy, active)
     loss = pi_loss + vf_coef * v_loss - ent_coef * ent
     metrics = {
         "policy_loss": pi_loss,

@@ -93,6 +93,9 @@ class Transition:
             (0 where none ended); episode_length: int32 [E] likewise.
         episode_won: bool [E] — an episode ended in a win at this step; None for
             environments without a win condition.
+        active: bool [E, N] — the agents whose actions acted at this step (``obs``'s
+            state); None where the environment reports none (every agent acts) or the
+            program does not mask inactive agents (``Config.active_agents``).
     """
 
     obs: jax.Array
@@ -110,6 +113,7 @@ class Transition:
     episode_return: jax.Array
     episode_length: jax.Array
     episode_won: jax.Array | None = None
+    active: jax.Array | None = None
 
     @property
     def critic_input(self) -> jax.Array:
@@ -273,6 +277,7 @@ def rollout(
             episode_return=jnp.where(done, episode_return.mean(-1), 0.0),
             episode_length=jnp.where(done, episode_length, 0),
             episode_won=None if next_ts.won is None else done & next_ts.won,
+            active=ts.active,
         )
         state = RolloutState(
             env_state=env_state,

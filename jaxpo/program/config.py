@@ -94,6 +94,13 @@ class Config:
         value_loss: "mse" (clipped squared error) or "huber" (clipped Huber with
             δ = huber_delta, MAPPO's critic loss).
         recurrent: GRU actor and critic, hidden states reset exactly where episodes start.
+        active_agents: where the environment reports which agents act (SMAX's living
+            units, JaxNav's driving robots), an inactive agent leaves the objective: its
+            term and entropy, its ratio from every product and its advantage from every
+            credit (MAPPO's death masking, as a state-dependent support); its critic
+            still learns its return. No effect where the environment reports none;
+            false: inactive agents train like active ones (JaxMARL's and Mava's
+            reference scripts).
         encoder: the observation's torso before the first dense layer: "cnn" (convolutions
             over the image, for environments whose ``obs_shape`` is (H, W, C)), "mlp"
             (none: the flattened observation), or "auto" (cnn exactly when the observations
@@ -142,6 +149,7 @@ class Config:
     value_norm: bool = False
     value_loss: ValueLoss = "mse"
     recurrent: bool = False
+    active_agents: bool = True
     encoder: Encoder = "auto"
     conv_features: tuple[int, ...] = (32, 32, 32)
     conv_kernels: tuple[int, ...] = (5, 3, 3)

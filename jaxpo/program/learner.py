@@ -101,7 +101,7 @@ class Learner:
         self.config, self.axis, self.platform = config, axis, platform
         self.kernels = for_platform(platform)
         self.unroll = self.kernels.unroll if config.unroll is None else Unroll(*[config.unroll] * 3)
-        self.env = envs.AutoReset(config.make_env())
+        self.env = envs.AutoReset(config.make_env(), active=config.active_agents)
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
         conv = config.cnn_layers(self.env)
         self.net = ActorCritic.create(
@@ -192,6 +192,7 @@ class Learner:
             ent_coef=hyper.ent_coef,
             huber_delta=self._huber_delta(hyper),
             weight_stats=self.config.diagnostics,
+            active=None if batch.active is None else flat(tm(batch.active)),
         )
 
     def _critic_loss(self, critic_params: Any, batch: Any, advantages: jax.Array, targets: jax.Array, hyper: Hyper):
@@ -259,23 +260,29 @@ class Learner:
         Per-agent GAE (truncated steps bootstrap from the final observation's value; on
         denormalised values under value normalisation), S_A applied to rewards or to
         advantages, then advantage normalisation. Targets are unnormalised returns.
+        Where ``traj.active`` is given, an inactive agent's column leaves S_A and its
+        advantages are 0 and out of the normalisation's statistics. GAE runs on as
+        before: an agent's return is defined whether or not it acts (a dead SMAX unit
+        still receives the team reward, a wireless user with an empty queue receives
+        packets later), so its critic learns it in every state and the step before it
+        stops acting bootstraps from that value.
         """
         cfg = self.config
         values, next_values = traj.value, traj.final_value
         if cfg.value_norm:
             values = valuenorm.denormalize(state.value_norm, values)
             next_values = valuenorm.denormalize(state.value_norm, next_values)
-        rewards = traj.reward
+        rewards, active = traj.reward, traj.active
         if cfg.aggregate_in == "reward":
-            rewards = losses.aggregate_advantages(rewards, hyper.S_A)
+            rewards = losses.aggregate_advantages(rewards, hyper.S_A, active)
         flags = lambda x: jnp.broadcast_to(x[..., None], rewards.shape)
         advantages, targets = gae(
             rewards, values, next_values, flags(traj.terminated), flags(traj.truncated),
             hyper.gamma, hyper.gae_lambda, self.unroll.gae,
         )
         if cfg.aggregate_in == "advantage":
-            advantages = losses.aggregate_advantages(advantages, hyper.S_A)
-        return losses.normalize_advantages(advantages, cfg.adv_norm, self.axis), targets
+            advantages = losses.aggregate_advantages(advantages, hyper.S_A, active)
+        return losses.normalize_advantages(advantages, cfg.adv_norm, self.axis, active), targets
 
     def training_data(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[Any, jax.Array, jax.Array]:
         """The samples of one update from a rollout ``traj`` (leaves ``[T, E, ...]``):

@@ -1,0 +1,210 @@
+"""Active agents: an environment says which agents act, and an inactive one leaves the objective.
+
+Modules under test: ``jaxpo.envs.base`` (``TimeStep.active``, ``AutoReset``), the SMAX
+and JaxNav families' and wireless's ``active``, ``jaxpo.core.rollout``
+(``Transition.active``), ``jaxpo.core.losses`` and ``jaxpo.core.happo`` (the masks) and
+``jaxpo.program.learner`` (aggregation and normalisation with them). Exact parts
+against numpy in float64; the learner's against a numpy reference of the same rollout.
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+
+from jaxpo.core import losses, support
+from jaxpo.envs import Env, TimeStep
+from jaxpo.experiments.experiment import CONFIGS_DIR
+from jaxpo.program.config import Config, Hyper
+from jaxpo.program.learner import Learner
+
+
+class Relay(Env):
+    """Two agents, episodes of 6 steps ended by the time limit. Agent 0 always acts;
+    agent 1 acts in the first ``lives`` states of an episode (0: never). Each agent
+    earns 0.5 a step plus its own action (0 or 1) where it acts: a dead unit's team
+    reward, and an action that pays only while it counts."""
+
+    name = "relay"
+    num_agents, obs_dim, num_actions, max_steps = 2, 2, 2, 6
+
+    def __init__(self, lives: int = 3):
+        self.lives = lives
+
+    def _timestep(self, t, reward, truncated):
+        obs = jnp.stack([jnp.full((2,), t / 6.0), jnp.arange(2.0)], axis=-1)
+        return TimeStep(obs=obs, reward=reward, terminated=jnp.asarray(False), truncated=truncated,
+                        action_mask=jnp.ones((2, 2), bool), active=self._active(t))
+
+    def _active(self, t):
+        return jnp.stack([jnp.asarray(True), t < self.lives])
+
+    def reset(self, key):
+        t = jnp.zeros((), jnp.int32)
+        return t, self._timestep(t, jnp.zeros(2), jnp.asarray(False))
+
+    def step(self, key, t, actions):
+        reward = 0.5 + jnp.where(self._active(t), actions.astype(jnp.float32), 0.0)
+        return t + 1, self._timestep(t + 1, reward, t + 1 >= self.max_steps)
+
+
+def relay_config(lives: int, **overrides) -> Config:
+    fields = dict(env=f"{__name__}:Relay", env_kwargs={"lives": lives}, num_envs=2, num_steps=12, num_epochs=1,
+                  num_minibatches=2, hidden=(8,), updates_per_chunk=1, share_params=False)
+    return Config(**{**fields, **overrides})
+
+
+@pytest.fixture(scope="module")
+def relay_rollout():
+    """A rollout of Relay (lives 3) with mappo's support, and the learner's training data."""
+    learner = Learner(relay_config(3))
+    hyper = Hyper.create(support.mappo(2))
+    state = learner.init(jax.random.PRNGKey(0), hyper)
+    _, traj, (sequences, advantages, targets) = learner.collect(state, hyper)
+    return learner, hyper, jax.device_get(traj), np.asarray(advantages)
+
+
+def test_the_rollout_stores_who_acted(relay_rollout):
+    _, _, traj, _ = relay_rollout
+    t = np.arange(12)[:, None] % 6  # the state each step acted in, per environment
+    np.testing.assert_array_equal(traj.active[..., 0], True)
+    np.testing.assert_array_equal(traj.active[..., 1], np.broadcast_to(t < 3, (12, 2)))
+    # an inactive agent's action paid nothing: only the team's 0.5
+    np.testing.assert_array_equal(traj.reward[..., 1][~traj.active[..., 1]], 0.5)
+
+
+def test_an_inactive_agents_advantage_leaves_every_credit_and_the_statistics(relay_rollout):
+    """Per-agent GAE as without masks (an agent's return is defined whether it acts or
+    not), then mappo's team credit over the active agents, normalised over the active
+    entries, 0 at the inactive ones."""
+    learner, hyper, traj, advantages = relay_rollout
+    gamma, lam = float(hyper.gamma), float(hyper.gae_lambda)
+    active = traj.active.astype(np.float64)
+    terminated = np.broadcast_to(traj.terminated[..., None], traj.reward.shape)
+    done = terminated | traj.truncated[..., None]
+    own = np.zeros_like(traj.reward, dtype=np.float64)
+    following = np.zeros(traj.reward.shape[1:])
+    for t in reversed(range(12)):
+        delta = traj.reward[t] + gamma * (1 - terminated[t]) * traj.final_value[t] - traj.value[t]
+        following = delta + gamma * lam * (1 - done[t]) * following
+        own[t] = following
+    credit = (own * active) @ np.ones((2, 2)).T  # mappo: S_A = 11ᵀ over the active columns
+    entries = credit[active.astype(bool)]
+    expected = np.where(active.astype(bool), (credit - entries.mean()) / (entries.std() + 1e-8), 0.0)
+    # training data is [S, L, N] with L = 1: S = T·E sequences, time-major within env
+    np.testing.assert_allclose(advantages.reshape(12, 2, 2), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_masks_leave_every_part_of_the_loss_as_numpy_says():
+    rng = np.random.default_rng(0)
+    b, n, eps = 16, 3, 0.2
+    with jax.enable_x64(True):
+        new, old, adv, entropy = (rng.normal(size=(b, n)) for _ in range(4))
+        new = old + 0.3 * new  # ratios away from 1, some clipped
+        active = rng.uniform(size=(b, n)) < 0.6
+        S_R = np.triu(np.ones((n, n)))  # term i multiplies the ratios of agents 0..i
+        pi_loss, metrics = losses.policy_loss(new, old, adv, S_R, eps, active=active)
+        rho_bar = np.exp((np.where(active, new - old, 0.0)) @ S_R)
+        surrogate = np.minimum(rho_bar * adv, np.clip(rho_bar, 1 - eps, 1 + eps) * adv)
+        np.testing.assert_allclose(pi_loss, -np.sum(np.where(active, surrogate, 0.0)) / b, rtol=1e-12)
+        np.testing.assert_allclose(metrics["clip_frac"], np.mean(np.abs(rho_bar - 1)[active] > eps), rtol=1e-12)
+        np.testing.assert_allclose(losses.entropy_bonus(entropy, active), np.sum(entropy[active]) / b, rtol=1e-12)
+        # an inactive agent's log-probability gets no gradient from any term
+        grad = jax.grad(lambda lp: losses.policy_loss(lp, old, adv, S_R, eps, active=active)[0])(new)
+        assert np.all(np.asarray(grad)[~active] == 0.0) and np.any(np.asarray(grad)[active] != 0.0)
+        # all active: the unmasked computation, value for value
+        everyone = np.ones((b, n), bool)
+        assert losses.policy_loss(new, old, adv, S_R, eps, active=everyone)[0] == losses.policy_loss(
+            new, old, adv, S_R, eps)[0]
+
+
+def test_aggregation_and_normalisation_follow_the_active_entries():
+    rng = np.random.default_rng(1)
+    with jax.enable_x64(True):
+        adv = rng.normal(size=(5, 4, 3))
+        active = rng.uniform(size=(5, 4, 3)) < 0.7
+        S_A = rng.uniform(size=(3, 3))
+        np.testing.assert_allclose(losses.aggregate_advantages(adv, S_A, active),
+                                   np.where(active, adv, 0.0) @ S_A.T, rtol=1e-12)
+        for scope, axes in (("batch", None), ("agent", (0, 1))):
+            out = np.asarray(losses.normalize_advantages(adv, scope, active=active))
+            masked = np.ma.masked_array(adv, ~active)
+            mean, std = masked.mean(axis=axes, keepdims=True), masked.std(axis=axes, keepdims=True)
+            np.testing.assert_allclose(out, np.where(active, (adv - mean) / (std + 1e-8), 0.0), rtol=1e-10)
+        np.testing.assert_array_equal(losses.normalize_advantages(adv, "none", active=active),
+                                      np.where(active, adv, 0.0))
+
+
+@pytest.mark.parametrize("scheme", ["simultaneous", "sequential"])
+def test_an_agent_that_never_acts_gets_no_gradient_from_its_steps(scheme):
+    """Relay with lives 0: agent 1 never acts. Per-agent parameters: its actor leaves the
+    update exactly as it came (Adam's step of a zero gradient is zero) while agent 0's
+    moves, and both critics learn their returns. Without the mask (active_agents false)
+    agent 1's actor moves too."""
+    hyper = Hyper.create(support.mappo(2) if scheme == "simultaneous" else support.happo(2))
+    moved = {}
+    for masked in (True, False):
+        learner = Learner(relay_config(0, scheme=scheme, active_agents=masked))
+        state = learner.init(jax.random.PRNGKey(1), hyper)
+        after, _ = jax.jit(learner.step)(state, hyper)
+        moved[masked] = {
+            part: [any(bool(jnp.any(a[k] != b[k])) for a, b in zip(jax.tree.leaves(state.params[part]),
+                                                                 jax.tree.leaves(after.params[part])))
+                   for k in range(2)]
+            for part in ("actor", "critic")
+        }
+    assert moved[True] == {"actor": [True, False], "critic": [True, True]}, moved
+    assert moved[False]["actor"] == [True, True], moved
+
+
+def test_happo_masks_an_inactive_agents_samples_and_its_factor():
+    from jaxpo.core import happo
+
+    rng = np.random.default_rng(2)
+    new, old, adv, factor = (rng.normal(size=(8,)) for _ in range(4))
+    active = np.arange(8) < 5
+    loss, metrics = happo.happo_policy_loss(jnp.asarray(new), old_log_prob=old, advantages=adv, factor=factor,
+                                            clip_eps=0.2, active=active)
+    ratio = np.exp(new - old)
+    surrogate = factor * np.minimum(ratio * adv, np.clip(ratio, 0.8, 1.2) * adv)
+    np.testing.assert_allclose(loss, -np.sum(surrogate[active]) / 8, rtol=1e-5)
+    np.testing.assert_allclose(metrics["approx_kl"], np.mean((ratio - 1 - (new - old))[active]), rtol=1e-4)
+
+
+def test_smax_reports_its_living_allies_and_the_peer_reference_configs_do_not_mask():
+    learner = Learner(Config(env="HeuristicEnemySMAX", env_kwargs={"scenario": "3m"}, num_envs=2, num_steps=8,
+                             num_minibatches=1, hidden=(8,)))
+    timestep = jax.eval_shape(learner.env.reset, jax.random.PRNGKey(0))[1]
+    assert timestep.active.shape == (3,) and timestep.active.dtype == bool
+    off = Learner(Config(env="HeuristicEnemySMAX", env_kwargs={"scenario": "3m"}, num_envs=2, num_steps=8,
+                         num_minibatches=1, hidden=(8,), active_agents=False))
+    assert jax.eval_shape(off.env.reset, jax.random.PRNGKey(0))[1].active is None
+    for name in ("jaxmarl_ippo_rnn_smax", "jaxmarl_mappo_homogenous_rnn_smax", "mava_rec_ippo_smax",
+                 "mava_rec_mappo_smax"):
+        config = yaml.safe_load(open(os.path.join(CONFIGS_DIR, f"{name}.yaml")).read())["config"]
+        assert config["active_agents"] is False, name
+
+
+def test_jaxnav_reports_the_robots_still_driving():
+    from jaxpo.envs import make
+
+    env = make("jaxnav", num_agents=2)
+    state, timestep = env.reset(jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(timestep.active, [True, True])
+    crashed = state.replace(done=jnp.array([False, True]))
+    np.testing.assert_array_equal(env.family.active(env.env, crashed), [True, False])
+
+
+def test_wireless_reports_the_users_holding_a_packet():
+    from jaxpo.envs import make
+
+    env = make("wireless", num_users=4)
+    state, timestep = env.reset(jax.random.PRNGKey(3))
+    np.testing.assert_array_equal(timestep.active, np.asarray(state.queue).any(axis=1))
+    empty = state.replace(queue=state.queue.at[1].set(False))
+    # an empty queue's action changes nothing: every action gives the same next state
+    outcomes = {str(jax.tree.leaves(env.step(jax.random.PRNGKey(4), empty, jnp.array([0, a, 0, 0])))) for a in range(3)}
+    assert len(outcomes) == 1
