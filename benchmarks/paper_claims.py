@@ -302,8 +302,12 @@ ENVS = {  # name -> (env, env kwargs, radius c, Config options)
     # learns the team optimum anyway (docs/analysis.md, claim 3).
     "pg_c2_cost07": ("public_goods", {"num_agents": 32, "radius": 2, "cost": 0.7}, 2, {}),
     # Users on a line between access points: a collision couples the two neighbours that
-    # share an AP, and a user's reward counts only its own deliveries (c = 1).
-    "wireless_line": ("wireless", {"num_users": 16}, 1, {}),
+    # share an AP, and a user's reward counts only its own deliveries (c = 1). A user with
+    # an empty queue acts on nothing: "wireless_line" trains it like the others (as its
+    # recorded rows did, before environments reported active agents), "_active" leaves
+    # it out of the objective and of its neighbours' credit (a state-dependent support).
+    "wireless_line": ("wireless", {"num_users": 16}, 1, {"active_agents": False}),
+    "wireless_line_active": ("wireless", {"num_users": 16}, 1, {"active_agents": True}),
 }
 
 

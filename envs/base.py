@@ -116,6 +116,23 @@ class Env:
         """
         return (self.obs_dim,)
 
+    def interaction(self, state: Any) -> jax.Array | None:
+        """The coupling graph of one state, where it depends on the state.
+
+        ``interaction(state)[i, j]`` is True when agent j's action in ``state`` can change
+        agent i's reward (diagonal included): a subgraph of ``coupling`` that
+        ``Config.interaction_hops`` builds each step's ``khop`` support from. Computed
+        only when asked for, so an environment pays nothing for it otherwise.
+
+        Args:
+            state: one (unbatched) state, as ``reset`` and ``step`` return it.
+
+        Returns:
+            bool ``[N, N]``, or None where the environment reports none (the base class's
+            answer).
+        """
+        return None
+
     def reset(self, key: jax.Array) -> tuple[Any, TimeStep]:
         """Starts an episode.
 
@@ -201,6 +218,10 @@ class AutoReset(Env):
             AttributeError: if the wrapped environment has no ``render``.
         """
         return self.env.render
+
+    def interaction(self, state: Any) -> jax.Array | None:
+        """The wrapped environment's ``interaction(state)``: bool ``[N, N]`` or None."""
+        return self.env.interaction(state)
 
     @property
     def reference_policy(self) -> Callable[..., jax.Array]:

@@ -90,7 +90,9 @@ class WirelessAccess(Env):
     Reward: ``r_i`` = packets user i delivered this step (0 or 1).
 
     Active agents: the users holding a packet (``TimeStep.active``); an empty queue's
-    action changes nothing.
+    action changes nothing. Interaction graph of a state (``interaction``): users
+    i ≠ j are coupled when they share an AP and both hold a packet (only then can j's
+    transmission collide with one of i's); the diagonal is always set.
 
     Coupling: ``coupling[i, j] = 1`` iff users i and j share an AP (self included):
     only a transmission to one of i's APs can collide with i's.
@@ -192,6 +194,12 @@ class WirelessAccess(Env):
             action_mask=jnp.ones((self.num_agents, self.num_actions), bool),
             active=state.queue.any(axis=1),
         )
+
+    def interaction(self, state: WirelessState) -> jax.Array:
+        """bool [N, N]: users sharing an AP and both holding a packet, and the diagonal."""
+        holding = state.queue.any(axis=1)
+        both = (holding[:, None] & holding[None, :]) | jnp.eye(self.num_agents, dtype=bool)
+        return jnp.asarray(self.coupling, bool) & both
 
     def reset(self, key: jax.Array) -> tuple[WirelessState, TimeStep]:
         n = self.num_agents

@@ -186,3 +186,24 @@ def test_active_agents_hold_the_canonical_structure_state_by_state(n, n_act):
     np.testing.assert_allclose(masked, closed, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(masked, canonical, rtol=0, atol=1e-10)
     assert np.abs(masked).max() > 1e-2 and np.abs(masked - unmasked).max() > 1e-3
+
+
+@pytest.mark.parametrize("n,n_act", GAMES)
+def test_a_state_dependent_khop_holds_the_canonical_structure_state_by_state(n, n_act):
+    """Each state its own coupling graph G(s) and S_A(s) = khop_per_state(G(s), 1), given to
+    the loss as one matrix per sample: the gradient is the closed form's with
+    S̃(s) = S_R S_A(s), and that of the per-state canonical pair (S_R S_A(s), I)."""
+    joint, theta_old, states = state_dependent_game(n, n_act, seed=8)
+    _, S_R = random_support(n, seed=9)
+    rng = np.random.default_rng(10)
+    pair = canonical = closed = 0.0
+    for p, rewards, _ in states:
+        graph = rng.uniform(size=(n, n)) < 0.5
+        S_A = np.asarray(losses.khop_per_state(jnp.asarray(graph), 1), np.float64)
+        per_sample = np.broadcast_to(S_A, (len(joint), n, n))
+        pair = pair + p * expected_objective_grad(per_sample, S_R, joint, rewards, theta_old)
+        canonical = canonical + p * expected_objective_grad(S_R @ S_A, np.eye(n), joint, rewards, theta_old)
+        closed = closed + p * closed_form_grad(S_R @ S_A, joint, rewards, theta_old)
+    np.testing.assert_allclose(pair, closed, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(pair, canonical, rtol=0, atol=1e-10)
+    assert np.abs(pair).max() > 1e-2

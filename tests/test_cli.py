@@ -97,6 +97,7 @@ def test_bad_arguments_exit_with_usage(argv, message, capsys):
         (["train", "--preset", "khop", "--kappa", "-1"], "k"),
         (["train", "--seq-len", "4"], "--seq-len is for recurrent networks only"),
         (["train", "--env", "HeuristicEnemySMAX", "--env-arg", "scenario=3x"], "unknown SMAX scenario '3x'"),
+        (["train", "--interaction-hops", "1"], "--interaction-hops needs an environment whose coupling graph follows"),
     ],
 )
 def test_invalid_values_are_reported_not_raised(argv, message, capsys):

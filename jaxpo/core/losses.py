@@ -51,7 +51,8 @@ _EPS = 1e-8
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
-def _check_support(x: chex.Array, S: chex.Array | NeighbourLists, name: str, by_column: bool) -> None:
+def _check_support(x: chex.Array, S: chex.Array | NeighbourLists, name: str, by_column: bool,
+                   per_sample: bool = False) -> None:
     if jnp.ndim(x) < 1:
         raise ValueError(f"expected a trailing agent axis [..., N]; got shape {jnp.shape(x)}")
     n = jnp.shape(x)[-1]
@@ -61,6 +62,10 @@ def _check_support(x: chex.Array, S: chex.Array | NeighbourLists, name: str, by_
             raise ValueError(f"{name} as neighbour lists must list its {lists} (by_column={by_column})")
         if S.shape != (n, n):
             raise ValueError(f"{name} must stand for an [N, N] = [{n}, {n}] matrix, got lists {jnp.shape(S.index)}")
+        return
+    if per_sample and jnp.ndim(S) > 2:
+        if jnp.shape(S) != (*jnp.shape(x), n):
+            raise ValueError(f"{name} per sample must be [..., N, N] = {(*jnp.shape(x), n)}, got {jnp.shape(S)}")
         return
     chex.assert_shape(S, (n, n))
 
@@ -75,7 +80,8 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
         advantages: ``[..., N]`` per-agent advantages A_j (any leading axes, agent axis last).
         S_A: ``[N, N]`` advantage support (row i = weights of term i), or its row lists
             (``jaxpo.core.sparse.NeighbourLists`` with ``by_column=False``, ``[N, K]`` leaves:
-            O(N·K) instead of O(N²)); may be traced.
+            O(N·K) instead of O(N²)), or one dense matrix per entry, ``[..., N, N]``
+            (a state-dependent support: ``khop_per_state``); may be traced.
         active: bool ``[..., N]`` (``advantages``' shape) or None: the agents acting at each
             entry; an inactive agent's advantage leaves every credit.
 
@@ -92,12 +98,41 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
         >>> aggregate_advantages(jnp.array([1.0, 2.0, 3.0]), jnp.ones((3, 3))).tolist()
         [6.0, 6.0, 6.0]
     """
-    _check_support(advantages, S_A, "S_A", by_column=False)
+    _check_support(advantages, S_A, "S_A", by_column=False, per_sample=True)
     if active is not None:
         advantages = jnp.where(active, advantages, 0.0)
     if isinstance(S_A, NeighbourLists):
         return sparse.aggregate(advantages, S_A)
+    if jnp.ndim(S_A) > 2:  # one matrix per entry
+        return jnp.einsum("...j,...ij->...i", advantages, S_A, precision=_HIGHEST)
     return jnp.einsum("...j,ij->...i", advantages, S_A, precision=_HIGHEST)
+
+
+def khop_per_state(interaction: chex.Array, hops: int) -> chex.Array:
+    """The κ-hop advantage support of each state's own coupling graph:
+    ``1[((G(s) + I)^κ)ᵀ > 0]``, as ``jaxpo.core.support.khop`` builds it from a fixed graph.
+
+    Args:
+        interaction: bool ``[..., N, N]``, one graph per state (``interaction[..., i, j]``:
+            agent j's action there can change agent i's reward; ``Env.interaction``).
+        hops: κ, a static int ≥ 0 (κ boolean matrix products per state).
+
+    Returns:
+        float32 ``[..., N, N]``: entry ``[i, j]`` is 1 where agent i's action reaches agent
+        j's reward within κ hops of that state's graph.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> chain = jnp.array([[0, 1, 0], [0, 0, 1], [0, 0, 0]], bool)
+        >>> khop_per_state(chain, 1).tolist()
+        [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]
+    """
+    n = jnp.shape(interaction)[-1]
+    step = (interaction | jnp.eye(n, dtype=bool)).astype(jnp.float32)
+    reach = jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), step.shape)
+    for _ in range(hops):
+        reach = (jnp.matmul(reach, step, precision=_HIGHEST) > 0).astype(jnp.float32)
+    return jnp.swapaxes(reach, -1, -2)
 
 
 def aggregate_log_ratio(log_ratio: chex.Array, S_R: chex.Array | NeighbourLists) -> chex.Array:

@@ -96,6 +96,9 @@ class Transition:
         active: bool [E, N] — the agents whose actions acted at this step (``obs``'s
             state); None where the environment reports none (every agent acts) or the
             program does not mask inactive agents (``Config.active_agents``).
+        interaction: bool [E, N, N] — the coupling graph of the state each environment
+            acted in (``Env.interaction``), for a per-state khop support
+            (``Config.interaction_hops``); None otherwise.
     """
 
     obs: jax.Array
@@ -114,6 +117,7 @@ class Transition:
     episode_length: jax.Array
     episode_won: jax.Array | None = None
     active: jax.Array | None = None
+    interaction: jax.Array | None = None
 
     @property
     def critic_input(self) -> jax.Array:
@@ -226,6 +230,7 @@ def rollout(
     unroll: int = 1,
     bootstrap: str = "gather",
     pack_stores: bool = False,
+    interaction: bool = False,
 ) -> tuple[RolloutState, Transition]:
     """Runs ``num_steps`` steps of every environment under the current policy.
 
@@ -237,7 +242,8 @@ def rollout(
     of ``axis_name`` changes nothing but where they run; those keys are drawn for all
     steps before the loop, in one batch. ``unroll``: steps per ``lax.scan`` iteration;
     ``bootstrap``: how ``bootstrap_values`` evaluates the reached observations;
-    ``pack_stores``: each step's outputs stored as one array per dtype (``Stores``).
+    ``pack_stores``: each step's outputs stored as one array per dtype (``Stores``);
+    ``interaction``: store each step's ``Env.interaction`` graph.
     """
     num_envs = state.episode_length.shape[0]
     sample = jax.vmap(lambda dist, key: dist.sample(seed=key))  # per environment
@@ -278,6 +284,7 @@ def rollout(
             episode_length=jnp.where(done, episode_length, 0),
             episode_won=None if next_ts.won is None else done & next_ts.won,
             active=ts.active,
+            interaction=jax.vmap(env.interaction)(state.env_state) if interaction else None,
         )
         state = RolloutState(
             env_state=env_state,

@@ -95,12 +95,18 @@ class Config:
             δ = huber_delta, MAPPO's critic loss).
         recurrent: GRU actor and critic, hidden states reset exactly where episodes start.
         active_agents: where the environment reports which agents act (SMAX's living
-            units, JaxNav's driving robots), an inactive agent leaves the objective: its
-            term and entropy, its ratio from every product and its advantage from every
-            credit (MAPPO's death masking, as a state-dependent support); its critic
-            still learns its return. No effect where the environment reports none;
-            false: inactive agents train like active ones (JaxMARL's and Mava's
-            reference scripts).
+            units, JaxNav's driving robots, wireless users holding a packet), an
+            inactive agent leaves the objective: its term and entropy, its ratio from
+            every product and its advantage from every credit (MAPPO's death masking,
+            as a state-dependent support); its critic still learns its return. No
+            effect where the environment reports none; false: inactive agents train
+            like active ones (JaxMARL's and Mava's reference scripts).
+        interaction_hops: κ ≥ 0 of a state-dependent khop, or None (the default): each
+            step's S_A is the hyperparameters' S_A where agent i's action reaches agent
+            j's reward within κ hops of that state's own coupling graph
+            (``Env.interaction``, e.g. wireless users that both hold a packet) and 0
+            elsewhere; with S_A = mappo's ones that is khop on the state's graph. Dense
+            supports only; the environment must report its per-state graph.
         encoder: the observation's torso before the first dense layer: "cnn" (convolutions
             over the image, for environments whose ``obs_shape`` is (H, W, C)), "mlp"
             (none: the flattened observation), or "auto" (cnn exactly when the observations
@@ -150,6 +156,7 @@ class Config:
     value_loss: ValueLoss = "mse"
     recurrent: bool = False
     active_agents: bool = True
+    interaction_hops: int | None = None
     encoder: Encoder = "auto"
     conv_features: tuple[int, ...] = (32, 32, 32)
     conv_kernels: tuple[int, ...] = (5, 3, 3)
@@ -200,6 +207,10 @@ class Config:
                 raise _invalid("seq_len", f"({self.seq_len}) must divide num_steps ({self.num_steps})")
         if self.unroll is not None:
             positive_int(self.unroll, "config.unroll", shown="Config.unroll")
+        if self.interaction_hops is not None and (isinstance(self.interaction_hops, (bool, np.bool_)) or not
+                                                  isinstance(self.interaction_hops, (int, np.integer))
+                                                  or self.interaction_hops < 0):
+            raise _invalid("interaction_hops", f"must be an integer >= 0 or None, got {self.interaction_hops!r}")
         if self.num_sequences % self.num_minibatches:
             unit = "sequences" if self.recurrent else "transitions"
             raise _invalid(

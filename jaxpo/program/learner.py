@@ -22,10 +22,12 @@ from flax import struct
 import jaxpo.envs as envs
 from jaxpo.core import diagnostics, happo, losses, valuenorm
 from jaxpo.core.axes import pmean, pmean_metrics
+from jaxpo.core.checks import FieldError
 from jaxpo.core.gae import gae
 from jaxpo.core.kernels import Unroll, for_platform
 from jaxpo.core.networks import ActorCritic
 from jaxpo.core.rollout import RolloutState, critic_input_dim, epochs, reset, rollout, to_sequences
+from jaxpo.core.sparse import NeighbourLists
 from jaxpo.program.config import Config, Hyper
 
 
@@ -102,6 +104,11 @@ class Learner:
         self.kernels = for_platform(platform)
         self.unroll = self.kernels.unroll if config.unroll is None else Unroll(*[config.unroll] * 3)
         self.env = envs.AutoReset(config.make_env(), active=config.active_agents)
+        if config.interaction_hops is not None:
+            state = jax.eval_shape(self.env.reset, jax.random.PRNGKey(0))[0]
+            if jax.eval_shape(self.env.interaction, state) is None:
+                raise FieldError("config.interaction_hops", f"needs an environment whose coupling graph follows the "
+                                 f"state (Env.interaction); {self.env.name!r} reports none", shown="interaction_hops")
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
         conv = config.cnn_layers(self.env)
         self.net = ActorCritic.create(
@@ -272,17 +279,35 @@ class Learner:
         if cfg.value_norm:
             values = valuenorm.denormalize(state.value_norm, values)
             next_values = valuenorm.denormalize(state.value_norm, next_values)
-        rewards, active = traj.reward, traj.active
+        rewards, active, S_A = traj.reward, traj.active, self.advantage_support(hyper, traj)
         if cfg.aggregate_in == "reward":
-            rewards = losses.aggregate_advantages(rewards, hyper.S_A, active)
+            rewards = losses.aggregate_advantages(rewards, S_A, active)
         flags = lambda x: jnp.broadcast_to(x[..., None], rewards.shape)
         advantages, targets = gae(
             rewards, values, next_values, flags(traj.terminated), flags(traj.truncated),
             hyper.gamma, hyper.gae_lambda, self.unroll.gae,
         )
         if cfg.aggregate_in == "advantage":
-            advantages = losses.aggregate_advantages(advantages, hyper.S_A, active)
+            advantages = losses.aggregate_advantages(advantages, S_A, active)
         return losses.normalize_advantages(advantages, cfg.adv_norm, self.axis, active), targets
+
+    def advantage_support(self, hyper: Hyper, traj: Any) -> Any:
+        """The S_A that aggregates ``traj``'s advantages: ``hyper.S_A``, or with
+        ``Config.interaction_hops`` = κ one matrix per step and environment ``[T, E, N, N]``,
+        ``hyper.S_A`` where the state's own graph reaches within κ hops
+        (``losses.khop_per_state`` of ``traj.interaction``) and 0 elsewhere.
+
+        Raises:
+            ValueError: with ``interaction_hops``, if ``hyper.S_A`` is neighbour lists (the
+                per-state form is dense: ``Hyper.create(..., support_form="dense")``).
+        """
+        hops = self.config.interaction_hops
+        if hops is None:
+            return hyper.S_A
+        if isinstance(hyper.S_A, NeighbourLists):
+            raise ValueError("config.interaction_hops builds one dense S_A per state: create the Hyper with "
+                             "support_form='dense'")
+        return hyper.S_A * losses.khop_per_state(traj.interaction, hops)
 
     def training_data(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[Any, jax.Array, jax.Array]:
         """The samples of one update from a rollout ``traj`` (leaves ``[T, E, ...]``):
@@ -295,7 +320,7 @@ class Learner:
         advantages, targets = self.advantages(state, traj, hyper)
         loss_inputs = traj.replace(
             reward=None, terminated=None, truncated=None, final_value=None,
-            episode_return=None, episode_length=None, episode_won=None, carry=None,
+            episode_return=None, episode_length=None, episode_won=None, carry=None, interaction=None,
         )
         seq_len = self.config.sequence_length
         sequences, advantages, targets = jax.tree.map(lambda x: to_sequences(x, seq_len),
@@ -345,7 +370,7 @@ class Learner:
         rollout_state, traj = rollout(
             self.env, self.net, state.params, state.rollout, key, cfg.num_steps, cfg.critic_input,
             axis_name=self.axis, unroll=self.unroll.rollout, bootstrap=self.kernels.bootstrap,
-            pack_stores=self.kernels.pack_stores,
+            pack_stores=self.kernels.pack_stores, interaction=cfg.interaction_hops is not None,
         )
         return rollout_state, traj, self.training_data(state, traj, hyper)
 

@@ -1,12 +1,19 @@
-"""Active agents: an environment says which agents act, and an inactive one leaves the objective.
+"""State-dependent supports: active agents, and khop on each state's own coupling graph.
 
-Modules under test: ``jaxpo.envs.base`` (``TimeStep.active``, ``AutoReset``), the SMAX
-and JaxNav families' and wireless's ``active``, ``jaxpo.core.rollout``
-(``Transition.active``), ``jaxpo.core.losses`` and ``jaxpo.core.happo`` (the masks) and
-``jaxpo.program.learner`` (aggregation and normalisation with them). Exact parts
-against numpy in float64; the learner's against a numpy reference of the same rollout.
+An environment says which agents act (an inactive one leaves the objective) and, where
+its coupling follows the state, the graph of each state (``Config.interaction_hops``
+builds that step's khop S_A from it).
+
+Modules under test: ``jaxpo.envs.base`` (``TimeStep.active``, ``Env.interaction``,
+``AutoReset``), the SMAX and JaxNav families' and wireless's ``active``, wireless's
+``interaction``, ``jaxpo.core.rollout`` (``Transition.active``, ``interaction``),
+``jaxpo.core.losses`` (the masks, ``khop_per_state``, per-sample S_A) and
+``jaxpo.core.happo`` (the masks) and ``jaxpo.program.learner`` (aggregation and
+normalisation with them). Exact parts against numpy in float64; the learner's against
+a numpy reference of the same rollout.
 """
 
+import csv
 import os
 
 import jax
@@ -16,7 +23,7 @@ import pytest
 import yaml
 
 from jaxpo.core import losses, support
-from jaxpo.envs import Env, TimeStep
+from jaxpo.envs import Env, TimeStep, make
 from jaxpo.experiments.experiment import CONFIGS_DIR
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.learner import Learner
@@ -189,8 +196,6 @@ def test_smax_reports_its_living_allies_and_the_peer_reference_configs_do_not_ma
 
 
 def test_jaxnav_reports_the_robots_still_driving():
-    from jaxpo.envs import make
-
     env = make("jaxnav", num_agents=2)
     state, timestep = env.reset(jax.random.PRNGKey(0))
     np.testing.assert_array_equal(timestep.active, [True, True])
@@ -199,8 +204,6 @@ def test_jaxnav_reports_the_robots_still_driving():
 
 
 def test_wireless_reports_the_users_holding_a_packet():
-    from jaxpo.envs import make
-
     env = make("wireless", num_users=4)
     state, timestep = env.reset(jax.random.PRNGKey(3))
     np.testing.assert_array_equal(timestep.active, np.asarray(state.queue).any(axis=1))
@@ -208,3 +211,92 @@ def test_wireless_reports_the_users_holding_a_packet():
     # an empty queue's action changes nothing: every action gives the same next state
     outcomes = {str(jax.tree.leaves(env.step(jax.random.PRNGKey(4), empty, jnp.array([0, a, 0, 0])))) for a in range(3)}
     assert len(outcomes) == 1
+
+
+def test_wireless_interaction_is_exactly_the_pairs_whose_actions_collide():
+    """success_prob 1: a user alone at an AP always delivers, so agent j's action changes
+    agent i's reward from a state exactly when some pair of their actions (the others
+    waiting) collides. Checked by stepping every pair of actions from 24 states."""
+    env = make("wireless", num_users=5, success_prob=1.0, arrival_prob=0.4)
+    states = []
+    for seed in range(24):
+        state, _ = env.reset(jax.random.PRNGKey(seed))
+        if seed % 2:  # and some states a step later
+            state, _ = env.step(jax.random.PRNGKey(100 + seed), state, jnp.asarray(np.arange(5) % 3))
+        states.append(state)
+    choices = np.array([(a, b) for a in range(3) for b in range(3)])
+
+    def rewards(state, i, j):  # [9, N]: the rewards of every (a_i, a_j), the others waiting
+        acts = jnp.zeros((9, 5), jnp.int32).at[:, i].set(choices[:, 0]).at[:, j].set(choices[:, 1])
+        return jax.vmap(lambda a: env.step(jax.random.PRNGKey(7), state, a)[1].reward)(acts)
+
+    rewards = jax.jit(rewards, static_argnums=(1, 2))
+    for state in states:
+        graph = np.asarray(env.interaction(state))
+        assert np.all(np.diag(graph))
+        for i in range(5):
+            for j in range(5):
+                if i != j:
+                    r_i = np.asarray(rewards(state, i, j))[:, i].reshape(3, 3)  # [a_i, a_j]
+                    assert graph[i, j] == bool(np.any(r_i != r_i[:, :1])), (i, j, graph)
+    assert 0 < np.mean([np.asarray(env.interaction(s)).sum() for s in states]) - 5 < 8  # some edges, not all
+
+
+def test_khop_per_state_is_the_khop_preset_of_each_graph():
+    rng = np.random.default_rng(11)
+    graphs = rng.uniform(size=(4, 3, 6, 6)) < 0.25
+    for hops in (0, 1, 2, 5):
+        out = np.asarray(losses.khop_per_state(jnp.asarray(graphs), hops))
+        for index in np.ndindex(4, 3):
+            np.testing.assert_array_equal(out[index], support.khop(graphs[index], hops).S_A, err_msg=str(index))
+
+
+def test_a_per_sample_advantage_support_aggregates_each_sample_with_its_own_matrix():
+    rng = np.random.default_rng(12)
+    with jax.enable_x64(True):
+        adv, S_A = rng.normal(size=(5, 4, 3)), rng.uniform(size=(5, 4, 3, 3))
+        expected = np.einsum("tej,teij->tei", adv, S_A)
+        np.testing.assert_allclose(losses.aggregate_advantages(adv, S_A), expected, rtol=1e-12)
+        with pytest.raises(ValueError, match=r"S_A per sample must be \[\.\.\., N, N\]"):
+            losses.aggregate_advantages(adv, S_A[:2])
+
+
+def test_interaction_hops_build_each_steps_support_from_its_state():
+    """Wireless with config.interaction_hops = 2 and mappo's ones: each step's S_A is
+    khop(2) of the graph of the state it acted in, and that graph is the environment's."""
+    learner = Learner(Config(env="wireless", env_kwargs={"num_users": 6}, num_envs=3, num_steps=8, num_minibatches=2,
+                             num_epochs=1, hidden=(8,), updates_per_chunk=1, interaction_hops=2))
+    hyper = Hyper.create(support.mappo(6))
+    state = learner.init(jax.random.PRNGKey(5), hyper)
+    _, traj, _ = learner.collect(state, hyper)
+    S_A = np.asarray(learner.advantage_support(hyper, traj))
+    graphs = np.asarray(traj.interaction)
+    assert S_A.shape == (8, 3, 6, 6) and graphs.any(axis=(2, 3)).all()
+    for t, e in np.ndindex(8, 3):
+        np.testing.assert_array_equal(S_A[t, e], support.khop(graphs[t, e], 2).S_A)
+    first = jax.tree.map(lambda x: x[0], state.rollout.env_state)
+    np.testing.assert_array_equal(graphs[0, 0], learner.env.interaction(first))
+    assert 0 < S_A.mean() < 1  # the states' graphs are neither empty nor complete
+    with pytest.raises(ValueError, match="interaction_hops"):
+        Learner(Config(env="public_goods", interaction_hops=1))
+    with pytest.raises(ValueError, match="interaction_hops must be an integer >= 0"):
+        Config(env="wireless", interaction_hops=-1)
+
+
+def test_a_state_dependent_khop_trains_through_python_and_the_cli(tmp_path):
+    """Two seeds of wireless with a per-state khop(1) over mappo's ones, from Python and
+    from the command line: finite metrics, the same program either way."""
+    from jaxpo import cli
+    from jaxpo.experiments.train import train
+
+    config = Config(env="wireless", env_kwargs={"num_users": 4}, num_envs=4, num_steps=16, num_minibatches=2,
+                    hidden=(8,), updates_per_chunk=2, interaction_hops=1)
+    result = train(config, Hyper.create(support.mappo(4)), [0, 1], num_updates=4, progress=False, checkpoint=False)
+    assert np.isfinite(result.metrics["loss"]).all() and result.metrics["loss"].shape[:2] == (2, 4)
+    code = cli.main(["train", "--env", "wireless", "--env-arg", "num_users=4", "--preset", "mappo", "--interaction-hops",
+                     "1", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--hidden", "8",
+                     "--updates-per-chunk", "2", "--steps", "128", "--seeds", "2", "--out", str(tmp_path), "--name",
+                     "state_khop", "--no-progress"])
+    assert code == 0
+    rows = list(csv.DictReader(open(tmp_path / "state_khop" / "metrics.csv")))
+    assert len(rows) == 2 * 2 and all(np.isfinite(float(row["loss"])) for row in rows)  # 2 seeds × 2 updates
