@@ -305,9 +305,11 @@ ENVS = {  # name -> (env, env kwargs, radius c, Config options)
     # share an AP, and a user's reward counts only its own deliveries (c = 1). A user with
     # an empty queue acts on nothing: "wireless_line" trains it like the others (as its
     # recorded rows did, before environments reported active agents), "_active" leaves
-    # it out of the objective and of its neighbours' credit (a state-dependent support).
+    # it out of the objective and of its neighbours' credit (a state-dependent support),
+    # and adds khop on each state's own graph ("state_hops": Config.interaction_hops, over
+    # mappo's ones; users coupled only while both hold a packet), one program per κ.
     "wireless_line": ("wireless", {"num_users": 16}, 1, {"active_agents": False}),
-    "wireless_line_active": ("wireless", {"num_users": 16}, 1, {"active_agents": True}),
+    "wireless_line_active": ("wireless", {"num_users": 16}, 1, {"active_agents": True, "state_hops": (1, 2, 3)}),
 }
 
 
@@ -315,6 +317,8 @@ def claim3(names: list[str], seeds: list[int], steps: int, out: str | None, quic
     results = {}
     for name in names:
         env_name, kwargs, c, options = ENVS[name]
+        state_hops = options.get("state_hops", ())
+        options = {key: value for key, value in options.items() if key != "state_hops"}
         if quick:  # the notebook's size: 8 agents, fewer κ
             kwargs = {**kwargs, "num_agents": 8} if env_name == "public_goods" else {"rows": 2, "cols": 4}
         env = envs.make(env_name, **kwargs)
@@ -329,6 +333,12 @@ def claim3(names: list[str], seeds: list[int], steps: int, out: str | None, quic
         start = time.perf_counter()
         result = train(config, hyper, run_seeds, num_updates=updates, labels=run_labels, progress=False)
         ret = result.metrics["return"].reshape(len(sups), len(seeds), -1)
+        for k in state_hops:  # a static option: one program each
+            state_hyper, state_seeds, state_labels = runs([support.mappo(n)], seeds)
+            state = train(dataclasses.replace(config, interaction_hops=k), state_hyper, state_seeds,
+                          num_updates=updates, labels=state_labels, progress=False)
+            ret = np.concatenate([ret, state.metrics["return"].reshape(1, len(seeds), -1)])
+            labels.append(f"{k} (state)")
         smooth = np.stack([report.window_means(r, 0.05) for r in ret])  # [K, S, U']
         final = np.stack([report.final_mean(r) for r in ret])  # [K, S]
         best = max(iqm_ci(f)["iqm"] for f in final)
@@ -418,7 +428,7 @@ def plot_claim3(res: dict, path: str | None):
             ci = np.array([rw[key]["ci"] for rw in r["rows"]])
             ax.errorbar(x, iqm, yerr=[iqm - ci[:, 0], ci[:, 1] - iqm], fmt="o", capsize=3)
             ax.axvline(r["c"], color="grey", ls=":")
-            ax.set_xticks(x, r["labels"])
+            ax.set_xticks(x, [label.replace(" (state)", "\nstate") for label in r["labels"]])
             ax.set_xlabel("κ (dotted: coupling radius c)")
             ax.set_title(f"{title}, IQM, 95% CI")
     fig.tight_layout()

@@ -300,3 +300,22 @@ def test_a_state_dependent_khop_trains_through_python_and_the_cli(tmp_path):
     assert code == 0
     rows = list(csv.DictReader(open(tmp_path / "state_khop" / "metrics.csv")))
     assert len(rows) == 2 * 2 and all(np.isfinite(float(row["loss"])) for row in rows)  # 2 seeds × 2 updates
+
+
+def test_without_active_agents_or_a_state_graph_the_program_is_unchanged():
+    """Where the environment reports no active agents (public_goods), the mask option
+    traces the same train step, equation for equation; on SMAX, switching it off leaves
+    nothing of it in the rollout."""
+    def step_jaxpr(**options):
+        learner = Learner(Config(env="public_goods", num_envs=2, num_steps=4, num_minibatches=1, hidden=(8,),
+                                 updates_per_chunk=1, **options))
+        hyper = Hyper.create(support.mappo(learner.num_agents))
+        state = jax.eval_shape(learner.init, jax.random.PRNGKey(0), hyper)
+        return str(jax.make_jaxpr(learner.step)(state, hyper))
+
+    assert step_jaxpr(active_agents=True) == step_jaxpr(active_agents=False)
+    learner = Learner(Config(env="HeuristicEnemySMAX", env_kwargs={"scenario": "3m"}, num_envs=2, num_steps=4,
+                             num_minibatches=1, hidden=(8,), active_agents=False))
+    hyper = Hyper.create(support.mappo(3))
+    traj = jax.eval_shape(lambda key: learner.collect(learner.init(key, hyper), hyper)[1], jax.random.PRNGKey(0))
+    assert traj.active is None and traj.interaction is None
