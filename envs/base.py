@@ -220,7 +220,14 @@ class AutoReset(Env):
         return self.env.render
 
     def interaction(self, state: Any) -> jax.Array | None:
-        """The wrapped environment's ``interaction(state)``: bool ``[N, N]`` or None."""
+        """The wrapped environment's per-state coupling graph (``Env.interaction``).
+
+        Args:
+            state: one (unbatched) state.
+
+        Returns:
+            bool ``[N, N]``, or None where the wrapped environment reports none.
+        """
         return self.env.interaction(state)
 
     @property

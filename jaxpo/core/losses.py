@@ -108,6 +108,28 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
     return jnp.einsum("...j,ij->...i", advantages, S_A, precision=_HIGHEST)
 
 
+def restricted_to_state(S_A: chex.Array | NeighbourLists, interaction: chex.Array, hops: int) -> chex.Array:
+    """``S_A`` where each state's own coupling graph reaches within κ hops, 0 elsewhere:
+    ``S_A ⊙ khop_per_state(interaction, κ)``, one dense matrix per state.
+
+    Args:
+        S_A: ``[N, N]`` dense advantage support (may be traced).
+        interaction: bool ``[..., N, N]``, one coupling graph per state.
+        hops: κ, a static int ≥ 0.
+
+    Returns:
+        float32 ``[..., N, N]``.
+
+    Raises:
+        ValueError: if ``S_A`` is neighbour lists (the per-state form is dense: build the
+            ``Hyper`` with ``support_form="dense"``).
+    """
+    if isinstance(S_A, NeighbourLists):
+        raise ValueError("config.interaction_hops builds one dense S_A per state: create the Hyper with "
+                         "support_form='dense'")
+    return S_A * khop_per_state(interaction, hops)
+
+
 def khop_per_state(interaction: chex.Array, hops: int) -> chex.Array:
     """The κ-hop advantage support of each state's own coupling graph:
     ``1[((G(s) + I)^κ)ᵀ > 0]``, as ``jaxpo.core.support.khop`` builds it from a fixed graph.

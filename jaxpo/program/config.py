@@ -264,9 +264,17 @@ class Config:
 
         Raises:
             ValueError: if ``env`` is not a known environment name or ``env_kwargs`` holds a
-                parameter the environment does not have or rejects (``jaxpo.envs.make``).
+                parameter the environment does not have or rejects (``jaxpo.envs.make``);
+                ``interaction_hops`` set for an environment without a per-state coupling
+                graph (``Env.interaction``).
         """
-        return _make_env(self.env, self.env_kwargs)
+        env = _make_env(self.env, self.env_kwargs)
+        if self.interaction_hops is not None:
+            state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]
+            if jax.eval_shape(env.interaction, state) is None:
+                raise _invalid("interaction_hops", "needs an environment whose coupling graph follows the state "
+                                                   f"(Env.interaction); {env.name!r} reports none")
+        return env
 
     def cnn_layers(self, env: envs.Env) -> tuple[tuple[int, int], ...]:
         """The CNN torso for ``env``'s observations, or none (see ``encoder``).

@@ -22,12 +22,10 @@ from flax import struct
 import jaxpo.envs as envs
 from jaxpo.core import diagnostics, happo, losses, valuenorm
 from jaxpo.core.axes import pmean, pmean_metrics
-from jaxpo.core.checks import FieldError
 from jaxpo.core.gae import gae
 from jaxpo.core.kernels import Unroll, for_platform
 from jaxpo.core.networks import ActorCritic
 from jaxpo.core.rollout import RolloutState, critic_input_dim, epochs, reset, rollout, to_sequences
-from jaxpo.core.sparse import NeighbourLists
 from jaxpo.program.config import Config, Hyper
 
 
@@ -104,11 +102,6 @@ class Learner:
         self.kernels = for_platform(platform)
         self.unroll = self.kernels.unroll if config.unroll is None else Unroll(*[config.unroll] * 3)
         self.env = envs.AutoReset(config.make_env(), active=config.active_agents)
-        if config.interaction_hops is not None:
-            state = jax.eval_shape(self.env.reset, jax.random.PRNGKey(0))[0]
-            if jax.eval_shape(self.env.interaction, state) is None:
-                raise FieldError("config.interaction_hops", f"needs an environment whose coupling graph follows the "
-                                 f"state (Env.interaction); {self.env.name!r} reports none", shown="interaction_hops")
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
         conv = config.cnn_layers(self.env)
         self.net = ActorCritic.create(
@@ -302,12 +295,7 @@ class Learner:
                 per-state form is dense: ``Hyper.create(..., support_form="dense")``).
         """
         hops = self.config.interaction_hops
-        if hops is None:
-            return hyper.S_A
-        if isinstance(hyper.S_A, NeighbourLists):
-            raise ValueError("config.interaction_hops builds one dense S_A per state: create the Hyper with "
-                             "support_form='dense'")
-        return hyper.S_A * losses.khop_per_state(traj.interaction, hops)
+        return hyper.S_A if hops is None else losses.restricted_to_state(hyper.S_A, traj.interaction, hops)
 
     def training_data(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[Any, jax.Array, jax.Array]:
         """The samples of one update from a rollout ``traj`` (leaves ``[T, E, ...]``):
