@@ -86,12 +86,13 @@ def sample_gradients(tr: Replay, actor_params: Any, samples: Any, advantages: ja
         batch = jax.tree.map(lambda x: x[None], sample)
         old_log_prob = tr.flat_time_major(batch.log_prob)
         advantage = tr.flat_time_major(advantage[None])
+        active = None if batch.active is None else tr.flat_time_major(batch.active)
 
         def objective(params, agent):
             log_prob = tr.log_probs(params, batch)  # [L, N]
             live = jnp.arange(n) == agent  # the gradient flows through this agent's column only
             log_prob = jnp.where(live, log_prob, jax.lax.stop_gradient(log_prob))
-            loss, _ = losses.policy_loss(log_prob, old_log_prob, advantage, hyper.S_R, hyper.clip_eps)
+            loss, _ = losses.policy_loss(log_prob, old_log_prob, advantage, hyper.S_R, hyper.clip_eps, active=active)
             return -loss
 
         return jax.vmap(jax.grad(objective), in_axes=(None, 0))(actor_params, jnp.arange(n))
@@ -164,12 +165,17 @@ def importance_weight_stats(tr: Replay, actor_params: Any, data: Any, hyper: Hyp
 
     Returns:
       ``{"mean", "variance", "max", "clip_frac"}``, float32 scalars; ``clip_frac`` is the
-      fraction with ``|ρ̄_i − 1| > ε``. At the behaviour parameters, with any S_R, ρ̄ = 1.
+      fraction with ``|ρ̄_i − 1| > ε`` (of the active entries, where the samples say which
+      agents act: an inactive agent's ratio is in no product). At the behaviour
+      parameters, with any S_R, ρ̄ = 1.
     """
     samples = data[0]
     log_ratio = tr.log_probs(actor_params, samples) - tr.flat_time_major(samples.log_prob)
+    active = None if samples.active is None else tr.flat_time_major(samples.active)
+    if active is not None:  # an inactive agent's ratio is in no product (jaxpo.core.losses)
+        log_ratio = jnp.where(active, log_ratio, 0.0)
     rho_bar = jnp.exp(losses.aggregate_log_ratio(log_ratio, hyper.S_R))
-    clip_frac = losses.clip_fraction(rho_bar, hyper.clip_eps)
+    clip_frac = losses.clip_fraction(rho_bar, hyper.clip_eps, active)
     moments = losses.pmean_metrics({**losses.weight_moments(rho_bar), "clip_frac": clip_frac}, tr.axis)
     return weight_stats(moments, moments["clip_frac"])
 
