@@ -15,17 +15,17 @@ EXPERIMENT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, 
               "run": {"seeds": 2, "progress": False, "steps": 128 * CHUNKS}}
 
 
-# Seconds per module on the 2-core CI machine (one clean run, 2026-12-05), slowest first.
-# xdist (--dist loadscope --no-loadscope-reorder) deals modules out in collection order,
-# the next to whichever worker is about to run dry: the longest start first and the short
-# ones fill the end, so neither worker idles while the other finishes a long module. The
-# rest follow in their usual order.
+# Seconds per module on the 2-core CI machine (one run of the whole suite on a quiet
+# machine, 2026-12-06), slowest first. xdist (--dist loadscope --no-loadscope-reorder)
+# deals modules out in collection order, the next to whichever worker is about to run dry:
+# the longest start first and the short ones fill the end, so neither worker idles while
+# the other finishes a long module. The rest follow in their usual order.
 SLOWEST_FIRST = {
-    "test_jaxmarl_families.py": 198, "test_jaxmarl_control.py": 140, "test_multiprocess.py": 106,
-    "test_docs.py": 106, "test_evaluate.py": 102, "test_protocol.py": 94, "test_checkpoint.py": 71,
-    "test_population.py": 68, "test_train_schemes.py": 67, "test_diagnostics.py": 67, "03_paper_claims.ipynb": 66,
-    "test_speed.py": 65, "test_parallel.py": 62, "test_learning_policies.py": 61, "test_cli.py": 52,
-    "test_recurrent.py": 47, "test_audit.py": 38,
+    "test_jaxmarl_families.py": 231, "test_jaxmarl_control.py": 202, "test_docs.py": 123, "test_kernels.py": 121,
+    "test_parallel.py": 114, "test_multiprocess.py": 107, "test_evaluate.py": 100, "test_train_schemes.py": 84,
+    "03_paper_claims.ipynb": 79, "test_checkpoint.py": 78, "test_protocol.py": 76, "test_learning_policies.py": 73,
+    "test_speed.py": 72, "test_population.py": 70, "test_recurrent.py": 67, "test_diagnostics.py": 66,
+    "test_coupling.py": 63, "test_state_supports.py": 60, "test_audit.py": 42,
 }
 
 
