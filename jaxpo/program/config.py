@@ -27,6 +27,7 @@ import numpy as np
 from flax import struct
 
 import jaxpo.envs as envs
+from jaxpo.envs.params import is_number
 
 from jaxpo.core import sparse
 from jaxpo.core.checks import FieldError, Part, Setting, positive_int
@@ -207,9 +208,8 @@ class Config:
                 raise _invalid("seq_len", f"({self.seq_len}) must divide num_steps ({self.num_steps})")
         if self.unroll is not None:
             positive_int(self.unroll, "config.unroll", shown="Config.unroll")
-        if self.interaction_hops is not None and (isinstance(self.interaction_hops, (bool, np.bool_)) or not
-                                                  isinstance(self.interaction_hops, (int, np.integer))
-                                                  or self.interaction_hops < 0):
+        hops = self.interaction_hops
+        if hops is not None and not (is_number(hops, integral=True) and hops >= 0):
             raise _invalid("interaction_hops", f"must be an integer >= 0 or None, got {self.interaction_hops!r}")
         if self.num_sequences % self.num_minibatches:
             unit = "sequences" if self.recurrent else "transitions"
