@@ -250,8 +250,11 @@ class AutoReset(Env):
                 with ``final_obs`` / ``final_global_state`` set to its ``obs`` / ``global_state``.
         """
         state, ts = self.env.reset(key)
-        active = ts.active if self.keeps_active else None
-        return state, ts.replace(final_obs=ts.obs, final_global_state=ts.global_state, active=active)
+        return state, self._kept(ts).replace(final_obs=ts.obs, final_global_state=ts.global_state)
+
+    def _kept(self, ts: TimeStep) -> TimeStep:
+        """``ts`` with ``active`` only where this wrapper passes it on."""
+        return ts if self.keeps_active else ts.replace(active=None)
 
     def step(self, key: jax.Array, state: Any, actions: jax.Array) -> tuple[Any, TimeStep]:
         """Steps the wrapped environment and, where the episode ended, starts a new one.
@@ -271,8 +274,7 @@ class AutoReset(Env):
         key_step, key_reset = jax.random.split(key)
         next_state, ts = self.env.step(key_step, state, actions)
         reset_state, reset_ts = self.env.reset(key_reset)
-        if not self.keeps_active:
-            ts, reset_ts = ts.replace(active=None), reset_ts.replace(active=None)
+        ts, reset_ts = self._kept(ts), self._kept(reset_ts)
         done = ts.done
         pick = lambda new, cont: jax.tree.map(lambda a, b: jnp.where(done, a, b), new, cont)
         return pick(reset_state, next_state), TimeStep(
