@@ -16,17 +16,27 @@ EXPERIMENT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, 
 
 
 # Seconds per module on the 2-core CI machine (one run of the whole suite on a quiet
-# machine, 2026-12-06), slowest first. xdist (--dist loadscope --no-loadscope-reorder)
-# deals modules out in collection order, the next to whichever worker is about to run dry:
-# the longest start first and the short ones fill the end, so neither worker idles while
-# the other finishes a long module. The rest follow in their usual order.
+# machine, with the tests' compiler options), slowest first. xdist (--dist loadscope
+# --no-loadscope-reorder) deals modules out in collection order, the next to whichever
+# worker is about to run dry: the longest start first and the short ones fill the end, so
+# neither worker idles while the other finishes a long module. The rest follow in their
+# usual order.
 SLOWEST_FIRST = {
-    "test_jaxmarl_families.py": 231, "test_jaxmarl_control.py": 202, "test_docs.py": 123, "test_kernels.py": 121,
-    "test_parallel.py": 114, "test_multiprocess.py": 107, "test_evaluate.py": 100, "test_train_schemes.py": 84,
-    "03_paper_claims.ipynb": 79, "test_checkpoint.py": 78, "test_protocol.py": 76, "test_learning_policies.py": 73,
-    "test_speed.py": 72, "test_population.py": 70, "test_recurrent.py": 67, "test_diagnostics.py": 66,
-    "test_coupling.py": 63, "test_state_supports.py": 60, "test_audit.py": 42,
+    "test_jaxmarl_families.py": 147, "test_jaxmarl_control.py": 130, "test_multiprocess.py": 108,
+    "test_parallel.py": 82, "test_kernels.py": 81, "test_docs.py": 71, "test_evaluate.py": 66,
+    "test_checkpoint.py": 55, "test_state_supports.py": 54, "03_paper_claims.ipynb": 53, "test_speed.py": 47,
+    "test_learning_policies.py": 47, "test_recurrent.py": 41, "test_population.py": 40,
+    "test_train_schemes.py": 39, "test_protocol.py": 38, "test_coupling.py": 37, "test_diagnostics.py": 31,
+    "test_audit.py": 27,
 }
+
+
+# XLA options the tests compile with on top of jaxpo's own: XLA:CPU's older loop emitters
+# for fusions instead of its MLIR fusion emitters compile a chunk about 30% faster, and
+# the suite mostly compiles (docs/speed.md, "Compile time"). Values agree with jaxpo's
+# default to float32 rounding; jaxpo's programs keep the fusion emitters (SMAX runs 3%
+# faster with them).
+TEST_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": "false"}
 
 
 def experiment(out, name, **run):
@@ -56,12 +66,13 @@ def pytest_configure(config):
     # Every program the tests build compiles with jaxpo's own CPU options
     # (jaxpo.program.compiled.CPU_COMPILER_OPTIONS: LLVM at -O1, 1.15-1.4x less compile for a
     # chunk; no YNNPACK fusions, SMAX's rollout 2x faster): the tests' reference jits and the
-    # JaxMARL environments they step too, to the same values within float32 rounding. Set
-    # before any computation starts the backend; subprocesses inherit it.
+    # JaxMARL environments they step too, to the same values within float32 rounding; and
+    # TEST_COMPILER_OPTIONS, for compile time. Set before any computation starts the
+    # backend; subprocesses inherit them.
     from jaxpo.program.compiled import CPU_COMPILER_OPTIONS
 
     flags = os.environ.get("XLA_FLAGS", "")
-    for name, value in CPU_COMPILER_OPTIONS.items():
+    for name, value in {**CPU_COMPILER_OPTIONS, **TEST_COMPILER_OPTIONS}.items():
         if name not in flags:
             flags = f"{flags} --{name}={value}".strip()
     os.environ["XLA_FLAGS"] = flags

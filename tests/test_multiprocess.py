@@ -7,6 +7,7 @@ Every process is a real ``python -m jaxpo.cli`` with a timeout, so a hang fails.
 Modules under test: ``jaxpo.program.parallel`` and ``jaxpo.cli`` (its process flags)."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,7 +36,8 @@ def free_port() -> int:
 
 def start(args: list[str], devices: int) -> subprocess.Popen:
     env = {**os.environ, "JAX_NUM_CPU_DEVICES": str(devices), "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    # The session's XLA options (tests/conftest.py) less a device count: JAX_NUM_CPU_DEVICES is it.
+    env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\S+", "", env.get("XLA_FLAGS", ""))
     return subprocess.Popen([sys.executable, "-m", "jaxpo.cli", "sweep", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
