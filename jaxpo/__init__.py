@@ -23,7 +23,10 @@ import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
+from jaxpo import _malloc
 from jaxpo._version import __version__
+
+_malloc.cap_arenas()  # first, before anything starts a thread: why in jaxpo._malloc
 
 # Every public name and the module that defines it. Imported on first use (PEP 562):
 # ``import jaxpo`` stays cheap, and the package's own modules import ``jaxpo.envs``

@@ -10,7 +10,7 @@ CHECK = """
 import sys
 import jaxpo
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "flax", "numpy", "jaxpo"))
-assert loaded == ["jaxpo", "jaxpo._version"], loaded
+assert loaded == ["jaxpo", "jaxpo._malloc", "jaxpo._version"], loaded
 import jaxpo.support
 import jaxpo.rollout
 from jaxpo.support import mappo
