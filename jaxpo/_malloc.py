@@ -7,8 +7,8 @@ short-lived threads for every checkpoint save (its event loops' executors, its
 serialize, write and commit threads), and their allocations land in arena after
 arena: with glibc's default, a run's resident memory kept growing with its saves and
 evaluations (``benchmarks/memory.py``) while the Python heap stayed flat. With four
-arenas it stays flat; two cost training speed. ``docs/speed.md``, "Memory over a long
-run", holds both measurements.
+arenas it stays flat, at a small cost in CPU training speed; fewer cost more.
+``docs/speed.md``, "Memory over a long run", holds the measurements of both.
 
 When. glibc fixes how many arenas it will make the first time it needs a ninth one, so
 the cap is set on ``import jaxpo``, before jaxpo starts any thread (JAX's, orbax's,

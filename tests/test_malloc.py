@@ -10,7 +10,7 @@ import pytest
 
 from jaxpo import _malloc
 
-THREADS = 12  # more than ARENAS, fewer than glibc's own limit on any machine (8 per core)
+THREADS = 12  # more than ARENAS; glibc's own limit (8 per core) leaves more than ARENAS on any machine
 
 # Threads that are all alive at once, each allocating, filling and checking a block of its own:
 # glibc gives each one a new arena up to its limit. Then one "Arena N:" line per arena, on stderr.
