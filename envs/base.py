@@ -133,6 +133,45 @@ class Env:
         """
         return None
 
+    @property
+    def coupling_lists(self) -> np.ndarray | None:
+        """``coupling`` as row lists: the order of ``interaction_lists``' entries.
+
+        Returns:
+            int32 ``[N, K]``: row i lists the agents whose action can change agent i's
+            reward (row i's non-zeros of ``coupling``, ascending; i among them), padded
+            to the longest row with i; None without a ``coupling``.
+        """
+        coupling = self.coupling
+        if coupling is None:
+            return None
+        edge = np.asarray(coupling) != 0
+        size = edge.sum(axis=1)
+        width = max(int(size.max(initial=0)), 1)
+        order = np.argsort(~edge, axis=1, kind="stable")[:, :width]  # non-zeros first, ascending
+        own = np.arange(edge.shape[0])[:, None]
+        return np.where(np.arange(width) < size[:, None], order, own).astype(np.int32)
+
+    def interaction_lists(self, state: Any) -> jax.Array | None:
+        """``interaction(state)`` on the entries of ``coupling_lists``: the per-state graph
+        at a cost per agent that does not grow with N.
+
+        The base class reads it from the ``[N, N]`` ``interaction(state)``; an environment
+        with many agents computes it directly (``WirelessAccess`` does).
+
+        Args:
+            state: one (unbatched) state.
+
+        Returns:
+            bool ``[N, K]``: entry ``[i, k]`` is True when agent ``coupling_lists[i, k]``'s
+            action in ``state`` can change agent i's reward (padding entries: any value);
+            None where the environment reports no per-state graph or no ``coupling``.
+        """
+        graph, lists = self.interaction(state), self.coupling_lists
+        if graph is None or lists is None:
+            return None
+        return jnp.take_along_axis(graph, jnp.asarray(lists), axis=1)
+
     def reset(self, key: jax.Array) -> tuple[Any, TimeStep]:
         """Starts an episode.
 
@@ -229,6 +268,17 @@ class AutoReset(Env):
             bool ``[N, N]``, or None where the wrapped environment reports none.
         """
         return self.env.interaction(state)
+
+    def interaction_lists(self, state: Any) -> jax.Array | None:
+        """The wrapped environment's per-state graph on ``coupling_lists`` (``Env.interaction_lists``).
+
+        Args:
+            state: one (unbatched) state.
+
+        Returns:
+            bool ``[N, K]``, or None where the wrapped environment reports none.
+        """
+        return self.env.interaction_lists(state)
 
     @property
     def reference_policy(self) -> Callable[..., jax.Array]:

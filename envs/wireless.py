@@ -201,6 +201,12 @@ class WirelessAccess(Env):
         both = (holding[:, None] & holding[None, :]) | jnp.eye(self.num_agents, dtype=bool)
         return jnp.asarray(self.coupling, bool) & both
 
+    def interaction_lists(self, state: WirelessState) -> jax.Array:
+        """bool [N, K] — ``interaction`` on ``coupling_lists`` (users sharing an AP), in O(N·K)."""
+        holding = state.queue.any(axis=1)
+        lists = jnp.asarray(self.coupling_lists)  # [N, K]
+        return (holding[:, None] & holding[lists]) | (lists == jnp.arange(self.num_agents)[:, None])
+
     def reset(self, key: jax.Array) -> tuple[WirelessState, TimeStep]:
         n = self.num_agents
         queue = jax.random.bernoulli(key, self.arrival_prob, (n, self.deadline))

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxpo.core import losses
+from jaxpo.core import losses, state_supports
 
 EPS = 0.2
 GAMES = [(2, 3), (3, 2)]  # (agents, actions)
@@ -199,7 +199,7 @@ def test_a_state_dependent_khop_holds_the_canonical_structure_state_by_state(n, 
     pair = canonical = closed = 0.0
     for p, rewards, _ in states:
         graph = rng.uniform(size=(n, n)) < 0.5
-        S_A = np.asarray(losses.khop_per_state(jnp.asarray(graph), 1), np.float64)
+        S_A = np.asarray(state_supports.khop_per_state(jnp.asarray(graph), 1), np.float64)
         per_sample = np.broadcast_to(S_A, (len(joint), n, n))
         pair = pair + p * expected_objective_grad(per_sample, S_R, joint, rewards, theta_old)
         canonical = canonical + p * expected_objective_grad(S_R @ S_A, np.eye(n), joint, rewards, theta_old)

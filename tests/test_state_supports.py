@@ -7,7 +7,7 @@ builds that step's khop S_A from it).
 Modules under test: ``jaxpo.envs.base`` (``TimeStep.active``, ``Env.interaction``,
 ``AutoReset``), the SMAX and JaxNav families' and wireless's ``active``, wireless's
 ``interaction``, ``jaxpo.core.rollout`` (``Transition.active``, ``interaction``),
-``jaxpo.core.losses`` (the masks, ``khop_per_state``, per-sample S_A) and
+``jaxpo.core.losses`` (the masks, per-sample S_A), ``jaxpo.core.state_supports`` and
 ``jaxpo.core.happo`` (the masks) and ``jaxpo.program.learner`` (aggregation and
 normalisation with them). Exact parts against numpy in float64; the learner's against
 a numpy reference of the same rollout.
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import yaml
 
-from jaxpo.core import losses, support
+from jaxpo.core import losses, state_supports, support
 from jaxpo.envs import Env, TimeStep, make
 from jaxpo.experiments.experiment import CONFIGS_DIR
 from jaxpo.program.config import Config, Hyper
@@ -246,7 +246,7 @@ def test_khop_per_state_is_the_khop_preset_of_each_graph():
     rng = np.random.default_rng(11)
     graphs = rng.uniform(size=(4, 3, 6, 6)) < 0.25
     for hops in (0, 1, 2, 5):
-        out = np.asarray(losses.khop_per_state(jnp.asarray(graphs), hops))
+        out = np.asarray(state_supports.khop_per_state(jnp.asarray(graphs), hops))
         for index in np.ndindex(4, 3):
             np.testing.assert_array_equal(out[index], support.khop(graphs[index], hops).S_A, err_msg=str(index))
 

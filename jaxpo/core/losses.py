@@ -81,7 +81,8 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
         S_A: ``[N, N]`` advantage support (row i = weights of term i), or its row lists
             (``jaxpo.core.sparse.NeighbourLists`` with ``by_column=False``, ``[N, K]`` leaves:
             O(N·K) instead of O(N²)), or one dense matrix per entry, ``[..., N, N]``
-            (a state-dependent support: ``khop_per_state``); may be traced.
+            (a state-dependent support, ``jaxpo.core.state_supports``), or row lists whose
+            weights are one set per entry (``[..., N, K]``, the same module); may be traced.
         active: bool ``[..., N]`` (``advantages``' shape) or None: the agents acting at each
             entry; an inactive agent's advantage leaves every credit.
 
@@ -106,55 +107,6 @@ def aggregate_advantages(advantages: chex.Array, S_A: chex.Array | NeighbourList
     if jnp.ndim(S_A) > 2:  # one matrix per entry
         return jnp.einsum("...j,...ij->...i", advantages, S_A, precision=_HIGHEST)
     return jnp.einsum("...j,ij->...i", advantages, S_A, precision=_HIGHEST)
-
-
-def restricted_to_state(S_A: chex.Array | NeighbourLists, interaction: chex.Array, hops: int) -> chex.Array:
-    """``S_A`` where each state's own coupling graph reaches within κ hops, 0 elsewhere:
-    ``S_A ⊙ khop_per_state(interaction, κ)``, one dense matrix per state.
-
-    Args:
-        S_A: ``[N, N]`` dense advantage support (may be traced).
-        interaction: bool ``[..., N, N]``, one coupling graph per state.
-        hops: κ, a static int ≥ 0.
-
-    Returns:
-        float32 ``[..., N, N]``.
-
-    Raises:
-        ValueError: if ``S_A`` is neighbour lists (the per-state form is dense: build the
-            ``Hyper`` with ``support_form="dense"``).
-    """
-    if isinstance(S_A, NeighbourLists):
-        raise ValueError("config.interaction_hops builds one dense S_A per state: create the Hyper with "
-                         "support_form='dense'")
-    return S_A * khop_per_state(interaction, hops)
-
-
-def khop_per_state(interaction: chex.Array, hops: int) -> chex.Array:
-    """The κ-hop advantage support of each state's own coupling graph:
-    ``1[((G(s) + I)^κ)ᵀ > 0]``, as ``jaxpo.core.support.khop`` builds it from a fixed graph.
-
-    Args:
-        interaction: bool ``[..., N, N]``, one graph per state (``interaction[..., i, j]``:
-            agent j's action there can change agent i's reward; ``Env.interaction``).
-        hops: κ, a static int ≥ 0 (κ boolean matrix products per state).
-
-    Returns:
-        float32 ``[..., N, N]``: entry ``[i, j]`` is 1 where agent i's action reaches agent
-        j's reward within κ hops of that state's graph.
-
-    Examples:
-        >>> import jax.numpy as jnp
-        >>> chain = jnp.array([[0, 1, 0], [0, 0, 1], [0, 0, 0]], bool)
-        >>> khop_per_state(chain, 1).tolist()
-        [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]
-    """
-    n = jnp.shape(interaction)[-1]
-    step = (interaction | jnp.eye(n, dtype=bool)).astype(jnp.float32)
-    reach = jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), step.shape)
-    for _ in range(hops):
-        reach = (jnp.matmul(reach, step, precision=_HIGHEST) > 0).astype(jnp.float32)
-    return jnp.swapaxes(reach, -1, -2)
 
 
 def aggregate_log_ratio(log_ratio: chex.Array, S_R: chex.Array | NeighbourLists) -> chex.Array:

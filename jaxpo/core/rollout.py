@@ -97,7 +97,8 @@ class Transition:
             state); None where the environment reports none (every agent acts) or the
             program does not mask inactive agents (``Config.active_agents``).
         interaction: bool [E, N, N] — the coupling graph of the state each environment
-            acted in (``Env.interaction``), for a per-state khop support
+            acted in (``Env.interaction``), or ``[E, N, K]``, that graph on the fixed
+            coupling's row lists (``Env.interaction_lists``), for a per-state khop support
             (``Config.interaction_hops``); None otherwise.
     """
 
@@ -230,7 +231,7 @@ def rollout(
     unroll: int = 1,
     bootstrap: str = "gather",
     pack_stores: bool = False,
-    interaction: bool = False,
+    interaction: Callable[[Any], jax.Array] | None = None,
 ) -> tuple[RolloutState, Transition]:
     """Runs ``num_steps`` steps of every environment under the current policy.
 
@@ -243,7 +244,8 @@ def rollout(
     steps before the loop, in one batch. ``unroll``: steps per ``lax.scan`` iteration;
     ``bootstrap``: how ``bootstrap_values`` evaluates the reached observations;
     ``pack_stores``: each step's outputs stored as one array per dtype (``Stores``);
-    ``interaction``: store each step's ``Env.interaction`` graph.
+    ``interaction``: a function of one state whose value each step stores, the state's
+    coupling graph (``Env.interaction`` or ``Env.interaction_lists``); None stores none.
     """
     num_envs = state.episode_length.shape[0]
     sample = jax.vmap(lambda dist, key: dist.sample(seed=key))  # per environment
@@ -284,7 +286,7 @@ def rollout(
             episode_length=jnp.where(done, episode_length, 0),
             episode_won=None if next_ts.won is None else done & next_ts.won,
             active=ts.active,
-            interaction=jax.vmap(env.interaction)(state.env_state) if interaction else None,
+            interaction=None if interaction is None else jax.vmap(interaction)(state.env_state),
         )
         state = RolloutState(
             env_state=env_state,

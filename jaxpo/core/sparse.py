@@ -51,7 +51,9 @@ class NeighbourLists:
 
     Attributes:
       index: int32 ``[..., N, K]``, positions in ``[0, N)``.
-      weight: float32 ``[..., N, K]``, 0 on padding.
+      weight: float32 ``[..., N, K]``, 0 on padding (with more leading axes than
+        ``index``: one matrix per leading entry on the same lists; ``shape`` is then
+        ``index``'s).
       by_column: static; lists are columns (S_R's use) rather than rows (S_A's).
     """
 
@@ -76,7 +78,8 @@ class NeighbourLists:
 
     def to_dense(self) -> np.ndarray:
         """The matrix as float32 numpy ``[..., N, N]`` (host side)."""
-        index, weight = np.asarray(self.index), np.asarray(self.weight, np.float32)
+        weight = np.asarray(self.weight, np.float32)
+        index = np.broadcast_to(np.asarray(self.index), weight.shape)  # one index set for every weight set
         *lead, n, k = index.shape
         out = np.zeros((int(np.prod(lead, dtype=np.int64)), n, n), np.float32)
         b = np.arange(out.shape[0])[:, None, None]
@@ -152,14 +155,22 @@ def stack(matrices: Sequence[np.ndarray | NeighbourLists]) -> jax.Array | Neighb
 
 
 def aggregate(x: jax.Array, lists: NeighbourLists) -> jax.Array:
-    """``y[..., i] = Σ_k weight[i, k] · x[..., index[i, k]]``: ``x [..., N]`` -> ``[..., N]``.
+    """``y[..., i] = Σ_k weight[..., i, k] · x[..., index[i, k]]``: ``x [..., N]`` -> ``[..., N]``.
 
-    ``lists`` leaves are ``[N, K]`` (may be traced); O(N·K) per leading element.
+    ``lists.index`` is ``[N, K]``; ``lists.weight`` is ``[N, K]``, or ``[..., N, K]`` with
+    ``x``'s leading axes for one weight set per entry (a state-dependent support,
+    ``jaxpo.core.state_supports``). Both may be traced; O(N·K) per leading element.
     """
     if np.ndim(lists.index) != 2 or np.shape(lists.index)[0] != np.shape(x)[-1]:
         raise ValueError(
             f"expected neighbour lists [N, K] for x [..., N] with N = {np.shape(x)[-1]}, got index "
             f"{np.shape(lists.index)}")
+    if np.ndim(lists.weight) > 2:  # one weight set per entry
+        if np.shape(lists.weight) != (*np.shape(x), lists.width):
+            raise ValueError(f"neighbour-list weights per entry must be [..., N, K] = "
+                             f"{(*np.shape(x), lists.width)}, got {np.shape(lists.weight)}")
+        gathered = jnp.take(x, lists.index, axis=-1)  # [..., N, K]
+        return jnp.einsum("...nk,...nk->...n", gathered, lists.weight, precision=jax.lax.Precision.HIGHEST)
     # Agents first, so the gather copies whole rows [...] (and its transpose, in the
     # gradient, adds whole rows), and the sum over K as a contraction: on CPU, gathering
     # scalars, or reducing the gathered [N, K, ...] with a sum, measured 4-8x slower

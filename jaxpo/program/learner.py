@@ -20,7 +20,7 @@ import optax
 from flax import struct
 
 import jaxpo.envs as envs
-from jaxpo.core import diagnostics, happo, losses, valuenorm
+from jaxpo.core import diagnostics, happo, losses, state_supports, valuenorm
 from jaxpo.core.axes import pmean, pmean_metrics
 from jaxpo.core.gae import gae
 from jaxpo.core.kernels import Unroll, for_platform
@@ -103,11 +103,11 @@ class Learner:
         self.unroll = self.kernels.unroll if config.unroll is None else Unroll(*[config.unroll] * 3)
         self.env = envs.AutoReset(config.make_env(), active=config.active_agents)
         self.critic_dim = critic_input_dim(self.env, config.critic_input)
+        hops = config.interaction_hops
+        self.per_state = None if hops is None else state_supports.PerState(self.env, hops)
         conv = config.cnn_layers(self.env)
         self.net = ActorCritic.create(
-            num_agents=self.env.num_agents,
-            obs_dim=self.env.obs_dim,
-            num_actions=self.env.num_actions,
+            num_agents=self.env.num_agents, obs_dim=self.env.obs_dim, num_actions=self.env.num_actions,
             critic_dim=self.critic_dim,
             hidden=config.hidden,
             activation=config.activation,
@@ -286,16 +286,9 @@ class Learner:
 
     def advantage_support(self, hyper: Hyper, traj: Any) -> Any:
         """The S_A that aggregates ``traj``'s advantages: ``hyper.S_A``, or with
-        ``Config.interaction_hops`` = κ one matrix per step and environment ``[T, E, N, N]``,
-        ``hyper.S_A`` where the state's own graph reaches within κ hops
-        (``losses.khop_per_state`` of ``traj.interaction``) and 0 elsewhere.
-
-        Raises:
-            ValueError: with ``interaction_hops``, if ``hyper.S_A`` is neighbour lists (the
-                per-state form is dense: ``Hyper.create(..., support_form="dense")``).
-        """
-        hops = self.config.interaction_hops
-        return hyper.S_A if hops is None else losses.restricted_to_state(hyper.S_A, traj.interaction, hops)
+        ``Config.interaction_hops`` one per step and environment, built from each stored
+        state's graph (``jaxpo.core.state_supports.PerState.support``)."""
+        return hyper.S_A if self.per_state is None else self.per_state.support(hyper.S_A, traj.interaction)
 
     def training_data(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[Any, jax.Array, jax.Array]:
         """The samples of one update from a rollout ``traj`` (leaves ``[T, E, ...]``):
@@ -358,7 +351,8 @@ class Learner:
         rollout_state, traj = rollout(
             self.env, self.net, state.params, state.rollout, key, cfg.num_steps, cfg.critic_input,
             axis_name=self.axis, unroll=self.unroll.rollout, bootstrap=self.kernels.bootstrap,
-            pack_stores=self.kernels.pack_stores, interaction=cfg.interaction_hops is not None,
+            pack_stores=self.kernels.pack_stores,
+            interaction=None if self.per_state is None else self.per_state.graph(hyper.S_A),
         )
         return rollout_state, traj, self.training_data(state, traj, hyper)
 
