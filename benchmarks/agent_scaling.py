@@ -6,9 +6,10 @@ Run (defaults: public_goods ring and traffic_grid, khop κ = 1, N in 16 64 256 1
     python benchmarks/agent_scaling.py --support-form dense     # before: dense [N, N] supports
     python benchmarks/agent_scaling.py --support-form auto      # after: neighbour lists when sparse
     python benchmarks/agent_scaling.py --agent-batch 4096 --num-agents 16 64 --num-steps 8
+    python benchmarks/agent_scaling.py --envs wireless --interaction-hops 1 --support-form dense  # S_A per state
 
 public_goods uses a ring of N agents; traffic_grid a √N × √N grid (N must be a square,
-side 2..32). Each (env, N) is measured in a fresh subprocess (the script re-runs itself
+side 2..32); wireless (not in the default ``--envs``) N users on a line. Each (env, N) is measured in a fresh subprocess (the script re-runs itself
 with ``--single``), so peak memory is that configuration's own. One JSON object per line
 goes to stdout, everything else to stderr; a configuration that fails or runs past
 ``--timeout`` prints a line with an ``error`` field instead.
@@ -16,7 +17,7 @@ goes to stdout, everything else to stderr; a configuration that fails or runs pa
 Fields of every line:
     env, num_agents (N), num_envs (E = agent_batch / N), agent_batch, num_steps (T),
         updates_per_chunk (K), num_epochs, num_minibatches, hidden, share_params,
-        support_form (requested), S_A_form / S_R_form ("dense" or "sparse:K", as chosen),
+        interaction_hops (null: a fixed support), support_form (requested), S_A_form / S_R_form ("dense" or "sparse:K", as chosen),
         backend, jax_version.
     init_s          seconds of the first ``init_runs`` call (compile + run).
     compile_s       seconds to lower + compile the train chunk (``.lower().compile()``).
@@ -43,7 +44,7 @@ import time
 from throughput import device_peak_mib, rss_mib  # benchmarks/ is on sys.path when run as a script
 
 DEFAULT_NUM_AGENTS = (16, 64, 256, 1024)
-ENVS = ("public_goods", "traffic_grid")
+ENVS = ("public_goods", "traffic_grid", "wireless")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,12 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="jaxpo training cost against the number of agents; prints JSON lines (see the module docstring).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--envs", nargs="+", choices=ENVS, default=list(ENVS))
+    p.add_argument("--envs", nargs="+", choices=ENVS, default=list(ENVS[:2]))
     p.add_argument("--num-agents", type=int, nargs="+", default=list(DEFAULT_NUM_AGENTS), help="N values")
     p.add_argument("--agent-batch", type=int, default=16384, help="agents per environment step, E × N")
     p.add_argument("--support-form", choices=("dense", "sparse", "auto"), default="auto",
                    help="how S_A and S_R are stored (Hyper.create's support_form)")
     p.add_argument("--kappa", type=int, default=1, help="khop support hops")
+    p.add_argument("--interaction-hops", type=int, default=None,
+                   help="κ of a state-dependent khop (Config.interaction_hops; wireless): each step's S_A "
+                        "from its state's graph, in the S_A's form")
     p.add_argument("--num-steps", type=int, default=16, help="T, rollout length per update")
     p.add_argument("--updates-per-chunk", type=int, default=1, help="K, updates per compiled call")
     p.add_argument("--num-epochs", type=int, default=2)
@@ -71,9 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def env_kwargs(env: str, n: int) -> dict:
-    """public_goods: a ring of n agents; traffic_grid: a √n × √n grid."""
+    """public_goods: a ring of n agents; traffic_grid: a √n × √n grid; wireless: n users on a line."""
     if env == "public_goods":
         return dict(num_agents=n, graph="ring")
+    if env == "wireless":
+        return dict(num_users=n)
     side = math.isqrt(n)
     if side * side != n:
         raise ValueError(f"traffic_grid needs a square number of agents, got N = {n}")
@@ -100,6 +106,7 @@ def measure(args, env: str, n: int) -> dict:
         env=env, env_kwargs=env_kwargs(env, n), num_envs=args.agent_batch // n, num_steps=args.num_steps,
         updates_per_chunk=args.updates_per_chunk, num_epochs=args.num_epochs,
         num_minibatches=args.num_minibatches, hidden=tuple(args.hidden), share_params=not args.per_agent_params,
+        interaction_hops=args.interaction_hops,
     )
     tr = jaxpo.trainer(config)
     sup = jaxpo.make_support("khop", n, kappa=args.kappa, coupling=tr.env.coupling)
@@ -129,6 +136,7 @@ def measure(args, env: str, n: int) -> dict:
         env=env, num_agents=n, num_envs=config.num_envs, agent_batch=args.agent_batch, num_steps=args.num_steps,
         updates_per_chunk=args.updates_per_chunk, num_epochs=args.num_epochs, num_minibatches=args.num_minibatches,
         hidden=list(args.hidden), share_params=config.share_params, support_form=args.support_form,
+        interaction_hops=args.interaction_hops,
         S_A_form=_form(single.S_A), S_R_form=_form(single.S_R), backend=jax.default_backend(),
         jax_version=jax.__version__, init_s=round(init_s, 2), compile_s=round(compile_s, 2),
         first_chunk_s=round(compile_s + first_run_s, 2), timed_s=round(timed_s, 3), chunks_timed=calls,
@@ -143,7 +151,8 @@ def _child_argv(args, env: str, n: int) -> list[str]:
             "--num-steps", str(args.num_steps), "--updates-per-chunk", str(args.updates_per_chunk),
             "--num-epochs", str(args.num_epochs), "--num-minibatches", str(args.num_minibatches),
             "--hidden", *map(str, args.hidden), "--min-seconds", str(args.min_seconds)]
-    return argv + (["--per-agent-params"] if args.per_agent_params else [])
+    hops = [] if args.interaction_hops is None else ["--interaction-hops", str(args.interaction_hops)]
+    return argv + hops + (["--per-agent-params"] if args.per_agent_params else [])
 
 
 def main(argv=None) -> int:

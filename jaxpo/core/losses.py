@@ -42,6 +42,7 @@ import optax
 from jaxpo.core import sparse
 from jaxpo.core.axes import pmean, pmean_metrics  # noqa: F401 (jaxpo.losses.pmean, as before)
 from jaxpo.core.sparse import NeighbourLists
+from jaxpo.core.state_supports import khop_per_state, restricted_to_state  # noqa: F401 (jaxpo.losses.*, as before)
 
 AdvNorm = Literal["none", "batch", "agent"]  # advantage-normalisation scopes
 NORMALIZE_SCOPES: tuple[str, ...] = get_args(AdvNorm)
