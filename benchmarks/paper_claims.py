@@ -420,6 +420,7 @@ def plot_claim3(res: dict, path: str | None):
             row[0].plot(r["steps"], mean, label=f"κ={label}")
         row[0].set_title(f"{name} (c = {r['c']})")
         row[0].set_xlabel("env steps")
+        row[0].xaxis.set_major_formatter(lambda steps, _: f"{steps / 1000:g}k")  # 150000 → 150k: no overlap
         row[0].legend(fontsize=7, ncol=2)
         x = np.arange(len(r["labels"]))
         for ax, key, title in ((row[1], "auc_return", "mean return over training (AUC)"),
