@@ -23,7 +23,8 @@ def add_compile_cache(cmd: argparse.ArgumentParser) -> None:
     """
     group = cmd.add_argument_group(
         "compile cache", "Compiled programs are kept on disk, so running the same config again skips most of "
-        "the compile (JAX's persistent compilation cache).")
+        "the compile (JAX's persistent compilation cache). Programs that compile in under 0.5 s are not stored; "
+        "$JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, where set, is the threshold instead.")
     group.add_argument("--compile-cache", metavar="DIR", default=None,
                        help="the cache directory (default: $JAX_COMPILATION_CACHE_DIR, else "
                             "$XDG_CACHE_HOME/jaxpo/xla, i.e. ~/.cache/jaxpo/xla)")

@@ -18,8 +18,10 @@ import os
 import jax
 from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
-# Programs that compile faster than this are not worth a disk entry.
+# Programs that compile faster than this are not worth a disk entry (unless the user's
+# JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS says otherwise).
 MIN_COMPILE_SECONDS = 0.5
+USER_THRESHOLD = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 
 
 def default_dir() -> str:
@@ -35,7 +37,9 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> str:
     """Stores and reuses compiled programs in ``path`` (JAX's persistent compilation cache).
 
     Affects every later compile of this process; programs that compile in under 0.5 s
-    are not stored. The cache executes what it finds: use a directory only you can write to.
+    are not stored, or under ``$JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` where set (JAX's
+    own setting: 0 stores every program). The cache executes what it finds: use a directory
+    only you can write to.
 
     Args:
         path: the cache directory, created if missing (default: ``$JAX_COMPILATION_CACHE_DIR``
@@ -56,7 +60,8 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> str:
         raise ValueError(f"compile cache directory {path!r} is not writable")
     _jax_cache.reset_cache()  # a cache opened earlier in this process would keep its old directory
     _jax_cache.set_cache_dir(path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    if USER_THRESHOLD not in os.environ:  # a user's threshold stands: JAX read it at import
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     return path
 
 
