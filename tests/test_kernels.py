@@ -44,23 +44,30 @@ def test_dense_is_the_same_product(batch):
 
 
 @pytest.mark.parametrize("batch", [(7,), (2, 3, 4), (40, 33)])
-def test_add_bias_is_the_same_sum(batch):
-    """The CPU set's bias gradient (one matrix-vector product) is the sum over the leading axes."""
-    keys = jax.random.split(jax.random.PRNGKey(4), 2)
-    y, bias = jax.random.normal(keys[0], (*batch, 6)), jax.random.normal(keys[1], (6,))
-    (cpu, cpu_grad), (xla, xla_grad) = both(lambda k, y, b: k.add_bias(y, b), y, bias)
+def test_affine_is_the_same_layer(batch):
+    """The CPU set's kernel and bias gradients (one product with a column of ones) are the
+    sums over the leading axes that numpy gives."""
+    keys = jax.random.split(jax.random.PRNGKey(4), 3)
+    x, kernel, bias = (jax.random.normal(keys[0], (*batch, 5)), jax.random.normal(keys[1], (5, 6)),
+                       jax.random.normal(keys[2], (6,)))
+    (cpu, cpu_grad), (xla, xla_grad) = both(lambda k, x, w, b: k.affine(x, w, b), x, kernel, bias)
     assert cpu.shape == (*batch, 6)
     assert_trees_close(cpu, xla)
     assert_trees_close(cpu_grad, xla_grad)
-    expected = np.cos(np.asarray(y, np.float64) + np.asarray(bias, np.float64))  # ∂ sum(sin(y + b))
-    np.testing.assert_allclose(cpu_grad[1][1], expected.reshape(-1, 6).sum(0), rtol=1e-5, atol=1e-5)
+    x64 = np.asarray(x, np.float64).reshape(-1, 5)
+    g = np.cos(x64 @ np.asarray(kernel, np.float64) + np.asarray(bias, np.float64))  # ∂ sum(sin(x @ w + b))
+    d_x, d_w, d_b = cpu_grad[1]
+    np.testing.assert_allclose(d_w, x64.T @ g, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(d_b, g.sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d_x.reshape(-1, 5), g @ np.asarray(kernel, np.float64).T, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_conv_is_the_same_convolution(k):
     keys = jax.random.split(jax.random.PRNGKey(1), 2)
     x, kernel = jax.random.normal(keys[0], (2, 3, 5, 4, 3)), jax.random.normal(keys[1], (k, k, 3, 6))
-    (cpu, cpu_grad), (xla, xla_grad) = both(lambda ks, x, w: ks.conv(x, w), x, kernel)
+    bias = jnp.linspace(-1.0, 1.0, 6)
+    (cpu, cpu_grad), (xla, xla_grad) = both(lambda ks, x, w, b: ks.conv(x, w, b), x, kernel, bias)
     assert cpu.shape == (2, 3, 5, 4, 6)
     assert_trees_close(cpu, xla, rtol=2e-5, atol=2e-5)
     assert_trees_close(cpu_grad, xla_grad, rtol=2e-5, atol=2e-5)

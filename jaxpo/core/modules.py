@@ -90,8 +90,8 @@ class Dense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (d + self.num_ids, self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
         kernels = for_platform(self.platform)
-        y = kernels.dense(x, kernel[:d])
-        return kernels.add_bias(y + kernel[d:] if self.num_ids else y, bias)
+        y = kernels.affine(x, kernel[:d], bias)
+        return y + kernel[d:] if self.num_ids else y
 
 
 class Conv(nn.Module):
@@ -109,7 +109,7 @@ class Conv(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (self.kernel, self.kernel, x.shape[-1], self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
         kernels = for_platform(self.platform)
-        return kernels.add_bias(kernels.conv(x, kernel), bias)
+        return kernels.conv(x, kernel, bias)
 
 
 class GRU(nn.Module):
@@ -136,7 +136,7 @@ class GRU(nn.Module):
         weights = lambda name, init, bias, width: Weights(hidden, bias, init, name=name)(width)
         w_i, b_i = zip(*(weights(g, self.kernel_init, True, d) for g in ("ir", "iz", "in")))
         w_h, b_h = zip(*(weights(g, self.recurrent_kernel_init, g == "hn", hidden) for g in ("hr", "hz", "hn")))
-        x_proj = kernels.add_bias(kernels.dense(xs, jnp.concatenate(w_i, axis=1)), jnp.concatenate(b_i))  # [L, ..., 3H]
+        x_proj = kernels.affine(xs, jnp.concatenate(w_i, axis=1), jnp.concatenate(b_i))  # [L, ..., 3H]
         # b_h: [0, 0, b_hn]
         return kernels.gru_scan(jnp.concatenate(w_h, axis=1), jnp.concatenate(b_h), h, x_proj, first)
 

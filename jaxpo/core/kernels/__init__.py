@@ -7,8 +7,8 @@ ops). Both compute the same values to float rounding and read the same parameter
 a checkpoint trained on one platform runs on another. A kernel set:
 
 * ``dense(x [..., D], kernel [D, F]) -> [..., F]``
-* ``add_bias(y [..., F], bias [F]) -> [..., F]``
-* ``conv(x [..., H, W, C], kernel [k, k, C, F]) -> [..., H, W, F]`` (stride 1, same padding)
+* ``affine(x [..., D], kernel [D, F], bias [F]) -> [..., F]``: ``dense`` plus a bias
+* ``conv(x [..., H, W, C], kernel [k, k, C, F], bias [F]) -> [..., H, W, F]`` (stride 1, same padding)
 * ``gru_scan(w_h [H, 3H], b_h [3H], h0 [..., H], x_proj [L, ..., 3H], first [L, *P])
   -> (h_L, hs [L, ..., H])``
 * ``dense_pair(x, (k1, b1), (k2, b2), activation) -> (y1, y2)``: two layers on one input
@@ -47,9 +47,9 @@ class Kernels:
 
     Attributes:
         name: ``"cpu"`` or ``"xla"``.
-        dense: a dense layer's product.
-        add_bias: a layer's bias added to its product.
-        conv: a convolution layer's product.
+        dense: a product without a bias (the GRU's recurrent weights).
+        affine: a dense layer: its product and bias.
+        conv: a convolution layer: its product and bias.
         gru_scan: the GRU recurrence over a sequence, differentiable.
         dense_pair: two activated dense layers reading one input.
         permutation: a random permutation of ``range(n)``.
@@ -60,7 +60,7 @@ class Kernels:
 
     name: str
     dense: Callable
-    add_bias: Callable
+    affine: Callable
     conv: Callable
     gru_scan: Callable
     dense_pair: Callable
@@ -70,13 +70,13 @@ class Kernels:
     pack_stores: bool = False
 
 
-CPU = Kernels("cpu", cpu.matmul, cpu.add_bias, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
+CPU = Kernels("cpu", cpu.matmul, cpu.affine, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
 # XLA:GPU launches each kernel of a GAE step on its own (too few for a CUDA graph) and
 # fuses the whole unrolled recursion into the few kernels of one step; the bootstrap's
 # data-dependent loop costs a device-to-host wait per iteration; each narrow per-step
 # store is a launch outside the step's CUDA graph (benchmarks/gpu_kernels.py). On CPU,
 # packing the stores made SMAX's rollout slower (docs/speed.md).
-XLA = Kernels("xla", xla.dense, xla.add_bias, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=True), "all", True)
+XLA = Kernels("xla", xla.dense, xla.affine, xla.conv, xla.gru_scan, xla.dense_pair, xla.permutation, Unroll(gae=True), "all", True)
 
 
 def for_platform(platform: str | None = None) -> Kernels:

@@ -4,9 +4,9 @@ faster. Each form's measurement is in ``docs/speed.md``.
 
 * ``matmul``: every dense product as one 2-D product over the flattened leading axes
   (XLA's CPU dot is slower with several non-contracting axes).
-* ``add_bias``: a bias added over leading axes, its gradient (the sum over those axes)
-  one matrix-vector product: XLA:CPU runs a sum over many rows as a slow windowed
-  reduction (``TreeReductionRewriter``'s ``reduce-window``).
+* ``affine``: ``matmul`` plus a bias, its kernel and bias gradients one product
+  ``[x, 1]ᵀ @ g`` (``product_grads``; the GRU's gradient too): XLA:CPU runs a bias's sum
+  over many rows on its own far slower.
 * ``conv``: a stride-1, same-padded convolution as one product over image patches (im2col).
 * ``gru_scan``: the GRU recurrence with a written-out gradient: the reverse loop carries
   only ``∂h`` and the weight gradient is one product after it.
@@ -33,34 +33,46 @@ def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
     return (x.reshape(-1, x.shape[-1]) @ kernel).reshape(*x.shape[:-1], kernel.shape[-1])
 
 
-def row_sum(g: jax.Array) -> jax.Array:
-    """``g [..., F]`` summed over its leading axes -> ``[F]``, as ``ones [M] @ g [M, F]``."""
-    rows = g.reshape(-1, g.shape[-1])
-    return jnp.ones(rows.shape[0], g.dtype) @ rows
+def product_grads(x: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The gradients of ``x @ kernel + bias`` from the output's gradient ``g``: ``x [..., D]``,
+    ``g [..., F]`` -> ``(∂kernel [D, F], ∂bias [F])``, as one product ``[x, 1]ᵀ @ g`` over the
+    flattened leading axes. XLA:CPU runs the bias's sum over many rows on its own (a
+    reduction, or a matrix-vector product) far slower than as one more row of the
+    kernel's product (``docs/speed.md``)."""
+    rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+    ones = jnp.ones((rows.shape[0], 1), rows.dtype)
+    both = jax.lax.dot_general(jnp.concatenate([rows, ones], axis=1), g_rows, (((0,), (0,)), ((), ())))
+    return both[:-1], both[-1]
 
 
-def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
-    """``y [..., F] + bias [F]``; the bias's gradient is ``row_sum`` of the output's."""
-    return _add_bias(y, varying_as(bias, y))
+def affine(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+    """``x [..., D] @ kernel [D, F] + bias [F]`` (``matmul``), its kernel and bias gradients
+    one product (``product_grads``)."""
+    return _affine(x, varying_as(kernel, x), varying_as(bias, x))
 
 
 @jax.custom_vjp
-def _add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
-    return y + bias
+def _affine(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+    return matmul(x, kernel) + bias
 
 
-_add_bias.defvjp(lambda y, bias: (y + bias, None), lambda _, g: (g, row_sum(g)))
+def _affine_bwd(saved, g):
+    x, kernel = saved
+    return (matmul(g, kernel.T), *product_grads(x, g))
 
 
-def conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
-    """A stride-1, same-padded convolution, no bias: ``x [..., H, W, C]``, ``kernel [k, k,
-    C, F]`` -> ``[..., H, W, F]``, as one matrix product over image patches. Padding is
-    XLA's "SAME": (k - 1) // 2 before, k // 2 after."""
+_affine.defvjp(lambda x, kernel, bias: (matmul(x, kernel) + bias, (x, kernel)), _affine_bwd)
+
+
+def conv(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+    """A stride-1, same-padded convolution: ``x [..., H, W, C]``, ``kernel [k, k, C, F]``,
+    ``bias [F]`` -> ``[..., H, W, F]``, as one ``affine`` product over image patches.
+    Padding is XLA's "SAME": (k - 1) // 2 before, k // 2 after."""
     k, (h, w, c) = kernel.shape[0], x.shape[-3:]
     x = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [((k - 1) // 2, k // 2)] * 2 + [(0, 0)])
     # Patch channel (i·k + j)·C + c is pixel (row + i, col + j)'s channel c: kernel[i, j, c] flattened.
     patches = jnp.concatenate([x[..., i:i + h, j:j + w, :] for i in range(k) for j in range(k)], axis=-1)
-    return matmul(patches, kernel.reshape(k * k * c, kernel.shape[-1]))
+    return affine(patches, kernel.reshape(k * k * c, kernel.shape[-1]), bias)
 
 
 def dense_pair(x: jax.Array, first: tuple[jax.Array, jax.Array], second: tuple[jax.Array, jax.Array],
@@ -68,7 +80,7 @@ def dense_pair(x: jax.Array, first: tuple[jax.Array, jax.Array], second: tuple[j
     """Two activated dense layers on the same ``x [..., D]``, each ``(kernel [D, W], bias
     [W])``, as one ``[D, 2W]`` product: ``(activation(x @ k1 + b1), activation(x @ k2 + b2))``."""
     kernel, bias = (jnp.concatenate(w, axis=-1) for w in zip(first, second))
-    return tuple(jnp.split(activation(add_bias(matmul(x, kernel), bias)), 2, axis=-1))
+    return tuple(jnp.split(activation(affine(x, kernel, bias)), 2, axis=-1))
 
 
 def gru_scan(w_h: jax.Array, b_h: jax.Array, h0: jax.Array, x_proj: jax.Array,
@@ -111,9 +123,7 @@ def _gru_scan_bwd(saved, cotangents):
         return reset_carry(dh_in, first), (d_gates, jnp.concatenate([d_xr, d_xz, d_xn], axis=-1))
 
     d_h0, (d_gates, d_x) = jax.lax.scan(step, d_last, (d_hs, h_in, r, z, n, hn, first), reverse=True)
-    rows = lambda x: x.reshape(-1, x.shape[-1])  # [L·b, ·]
-    d_w = jax.lax.dot_general(rows(h_in), rows(d_gates), (((0,), (0,)), ((), ())))
-    return d_w, row_sum(d_gates), d_h0, d_x, None
+    return (*product_grads(h_in, d_gates), d_h0, d_x, None)
 
 
 _gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)

@@ -17,26 +17,26 @@ def dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
     return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
 
 
-def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
-    """``y [..., F] + bias [F]``."""
-    return y + bias
+def affine(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+    """``x [..., D] @ kernel [D, F] + bias [F]``, as ``nn.Dense``."""
+    return dense(x, kernel) + bias
 
 
-def conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
-    """A stride-1, "SAME"-padded convolution, no bias, as ``nn.Conv`` runs it: ``x [...,
-    H, W, C]``, ``kernel [k, k, C, F]`` -> ``[..., H, W, F]`` (leading axes flattened
+def conv(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+    """A stride-1, "SAME"-padded convolution as ``nn.Conv`` runs it: ``x [..., H, W, C]``,
+    ``kernel [k, k, C, F]``, ``bias [F]`` -> ``[..., H, W, F]`` (leading axes flattened
     into one batch axis and back)."""
     batch = x.shape[:-3]
     y = jax.lax.conv_general_dilated(x.reshape(-1, *x.shape[-3:]), kernel, (1, 1), "SAME",
                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    return y.reshape(*batch, *y.shape[1:])
+    return y.reshape(*batch, *y.shape[1:]) + bias
 
 
 def dense_pair(x: jax.Array, first: tuple[jax.Array, jax.Array], second: tuple[jax.Array, jax.Array],
                activation: Callable[[jax.Array], jax.Array]) -> tuple[jax.Array, jax.Array]:
     """Two activated dense layers on the same ``x [..., D]``, each ``(kernel [D, W], bias
     [W])``: ``(activation(x @ k1 + b1), activation(x @ k2 + b2))``."""
-    return tuple(activation(dense(x, kernel) + bias) for kernel, bias in (first, second))
+    return tuple(activation(affine(x, kernel, bias)) for kernel, bias in (first, second))
 
 
 def gru_scan(w_h: jax.Array, b_h: jax.Array, h0: jax.Array, x_proj: jax.Array,
