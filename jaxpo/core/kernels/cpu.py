@@ -7,7 +7,8 @@ faster. Each form's measurement is in ``docs/speed.md``.
 * ``affine``: ``matmul`` plus a bias, its kernel and bias gradients one product
   ``[x, 1]ᵀ @ g`` (``product_grads``; the GRU's gradient too): XLA:CPU runs a bias's sum
   over many rows on its own far slower.
-* ``conv``: a stride-1, same-padded convolution as one product over image patches (im2col).
+* ``conv``: a stride-1, same-padded convolution as one product over image patches (im2col),
+  its bias's gradient one matrix-vector product (``add_bias``).
 * ``gru_scan``: the GRU recurrence with a written-out gradient: the reverse loop carries
   only ``∂h`` and the weight gradient is one product after it.
 * ``dense_pair``: two layers reading the same input as one product, kernels side by side.
@@ -45,9 +46,33 @@ def product_grads(x: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array]:
     return both[:-1], both[-1]
 
 
+def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
+    """``y [..., F] + bias [F]``, the bias's gradient one ``ones [M] @ g [M, F]`` product
+    (XLA:CPU runs the sum as a slow windowed reduction). For a product whose input is too
+    wide to copy with a column of ones (``conv``'s image patches)."""
+    return _add_bias(y, varying_as(bias, y))
+
+
+@jax.custom_vjp
+def _add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
+    return y + bias
+
+
+def _row_sum(g: jax.Array) -> jax.Array:
+    rows = g.reshape(-1, g.shape[-1])
+    return jnp.ones(rows.shape[0], g.dtype) @ rows
+
+
+_add_bias.defvjp(lambda y, bias: (y + bias, None), lambda _, g: (g, _row_sum(g)))
+
+
 def affine(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
     """``x [..., D] @ kernel [D, F] + bias [F]`` (``matmul``), its kernel and bias gradients
-    one product (``product_grads``)."""
+    one product (``product_grads``) where D ≤ 2F. A wider input (a CNN torso's flattened
+    features) costs more to copy with a column of ones than the bias's own sum: there the
+    bias is ``add_bias``'s (both measured, ``docs/speed.md``)."""
+    if kernel.shape[0] > 2 * kernel.shape[1]:
+        return add_bias(matmul(x, kernel), bias)
     return _affine(x, varying_as(kernel, x), varying_as(bias, x))
 
 
@@ -66,13 +91,15 @@ _affine.defvjp(lambda x, kernel, bias: (matmul(x, kernel) + bias, (x, kernel)), 
 
 def conv(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
     """A stride-1, same-padded convolution: ``x [..., H, W, C]``, ``kernel [k, k, C, F]``,
-    ``bias [F]`` -> ``[..., H, W, F]``, as one ``affine`` product over image patches.
+    ``bias [F]`` -> ``[..., H, W, F]``, as one matrix product over image patches, and
+    ``add_bias``: appending a column of ones to the patches (``affine``) copies the update's
+    largest array, which made the Overcooked update 35% slower (``docs/speed.md``).
     Padding is XLA's "SAME": (k - 1) // 2 before, k // 2 after."""
     k, (h, w, c) = kernel.shape[0], x.shape[-3:]
     x = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [((k - 1) // 2, k // 2)] * 2 + [(0, 0)])
     # Patch channel (i·k + j)·C + c is pixel (row + i, col + j)'s channel c: kernel[i, j, c] flattened.
     patches = jnp.concatenate([x[..., i:i + h, j:j + w, :] for i in range(k) for j in range(k)], axis=-1)
-    return affine(patches, kernel.reshape(k * k * c, kernel.shape[-1]), bias)
+    return add_bias(matmul(patches, kernel.reshape(k * k * c, kernel.shape[-1])), bias)
 
 
 def dense_pair(x: jax.Array, first: tuple[jax.Array, jax.Array], second: tuple[jax.Array, jax.Array],
