@@ -92,8 +92,8 @@ _affine.defvjp(lambda x, kernel, bias: (matmul(x, kernel) + bias, (x, kernel)), 
 def conv(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
     """A stride-1, same-padded convolution: ``x [..., H, W, C]``, ``kernel [k, k, C, F]``,
     ``bias [F]`` -> ``[..., H, W, F]``, as one matrix product over image patches, and
-    ``add_bias``: appending a column of ones to the patches (``affine``) copies the update's
-    largest array, which made the Overcooked update 35% slower (``docs/speed.md``).
+    ``add_bias``: appending a column of ones to the patches (``affine``) would copy the
+    update's largest array, which costs more than the bias's own sum (``docs/speed.md``).
     Padding is XLA's "SAME": (k - 1) // 2 before, k // 2 after."""
     k, (h, w, c) = kernel.shape[0], x.shape[-3:]
     x = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [((k - 1) // 2, k // 2)] * 2 + [(0, 0)])
