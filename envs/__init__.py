@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
+import jax
 import numpy as np
 
 from .base import AutoReset, Env, TimeStep
@@ -65,7 +66,9 @@ def describe(env: Env) -> dict:
             space, smaller ones padded), ``continuous`` (bool) and ``coupling``:
             ``"complete"`` (all ones), ``"none"`` (the identity), ``"graph, mean degree d"``
             (d: the mean number of others an agent's reward depends on) or ``"unknown"``
-            (``env.coupling`` is None).
+            (``env.coupling`` is None), followed by ``", per state"`` where the
+            environment also gives each state's graph (``Env.interaction``, what
+            ``Config.interaction_hops`` needs).
     """
     continuous = bool(getattr(env, "continuous", False))
     coupling = env.coupling
@@ -78,6 +81,9 @@ def describe(env: Env) -> dict:
     else:
         degree = (np.asarray(coupling) != 0).sum(axis=1) - np.diagonal(np.asarray(coupling) != 0)
         graph = f"graph, mean degree {degree.mean():.3g}"
+    state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]
+    if jax.eval_shape(env.interaction, state) is not None:
+        graph += ", per state"
     return {"num_agents": env.num_agents, "obs_dim": env.obs_dim,
             "actions": f"{'Box' if continuous else 'Discrete'}({env.num_actions})", "continuous": continuous,
             "coupling": graph}

@@ -115,7 +115,8 @@ def test_envs_lists_every_name_with_its_sizes_spaces_and_coupling(capsys):
     assert rows["hanabi"] == ["2", "658", "Discrete(21)", "False", "complete"]
     assert rows["MPE_simple_facmac_3a_v1"] == ["3", "16", "Box(5)", "True", "complete"]
     assert rows["memory_cue"][-1] == "none" and rows["public_goods"][-4:] == ["graph,", "mean", "degree", "2"]
-    assert rows["jaxnav"] == ["2", "205", "Box(2)", "True", "complete"]
+    assert rows["jaxnav"] == ["2", "205", "Box(2)", "True", "complete,", "per", "state"]
+    assert rows["wireless"][-6:] == ["graph,", "mean", "degree", "1.88,", "per", "state"]
     assert rows["halfcheetah_6x1"] == ["6", "9", "Box(1)", "True", "graph,", "mean", "degree", "1.67"]
     assert rows["ant_4x2"] == ["4", "18", "Box(2)", "True", "complete"]
     assert cli.main(["envs", "--names"]) == 0
@@ -153,7 +154,7 @@ def test_envs_says_which_extra_a_family_needs(capsys, monkeypatch):
     assert cli.main(["envs"]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert 'needs brax, an optional extra: pip install "jaxpo[mabrax]"' in rows["walker2d_2x3"]
-    assert rows["jaxnav"].split()[1:] == ["2", "205", "Box(2)", "True", "complete"]
+    assert rows["jaxnav"].split()[1:] == ["2", "205", "Box(2)", "True", "complete,", "per", "state"]
 
 
 def test_every_flag_an_error_can_name_is_a_flag_of_the_parser():

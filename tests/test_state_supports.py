@@ -203,6 +203,75 @@ def test_jaxnav_reports_the_robots_still_driving():
     np.testing.assert_array_equal(env.family.active(env.env, crashed), [True, False])
 
 
+def test_jaxnav_interaction_holds_every_robot_whose_action_reaches_a_reward():
+    """At rew_lambda=1, four robots crowded into a 1.6 m square (random headings and
+    speeds, some crashed or done; 512 states): for every robot j, seven alternatives of
+    its action (a standstill, full speed straight and turning, turning in place, one
+    random draw), the others' actions and the key fixed. Every reward a changed action
+    changes is an edge of the state's graph; pairs beyond the contact distance are left
+    out, so the graph is not the complete one."""
+    from jaxpo.envs.jaxmarl.jaxnav import contact_distance
+
+    # square robots (Grid-Rand-Poly); 64 lidar beams instead of 200 keep the test short
+    env = make("jaxnav", num_agents=4, rew_lambda=1.0, lidar_num_beams=64)
+    nav, n = env.env, 4
+    start, _ = env.reset(jax.random.PRNGKey(0))
+    high = np.array([nav.max_v, nav.max_w], np.float32)
+    corners = np.array([[0, 0], [1, 0], [1, 1], [1, -1], [0, 1], [0, -1]], np.float32) * high
+    mid_speed, speed_spread = np.array([0.5, 0]) * high, np.array([0.5, 1]) * high  # v in [0, max_v], |w| <= max_w
+
+    def crowd(key):
+        k = jax.random.split(key, 6)
+        return start.replace(
+            pos=start.pos[0] + jax.random.uniform(k[0], (n, 2), minval=-0.8, maxval=0.8),
+            theta=jax.random.uniform(k[1], (n,), minval=-np.pi, maxval=np.pi),
+            vel=mid_speed + jax.random.uniform(k[2], (n, 2), minval=-1, maxval=1) * speed_spread,
+            move_term=jax.random.bernoulli(k[3], 0.15, (n,)),
+            done=jax.random.bernoulli(k[4], 0.1, (n,)))
+
+    @jax.jit
+    def probe(key):  # (graph [N, N], changed [N, N]: changed[i, j] = j's action changed r_i, gap [N, N])
+        state = crowd(key)
+        k_act, k_alt, k_step = jax.random.split(key, 3)
+        base = jax.random.uniform(k_act, (n, 2), minval=-1, maxval=1) * high
+        alternatives = jnp.concatenate([corners, jax.random.uniform(k_alt, (1, 2), minval=-1, maxval=1) * high])
+
+        def rewards(actions):
+            return env.step(k_step, state, actions)[1].reward
+
+        r0 = rewards(base)
+        varied = jax.vmap(lambda j: jax.vmap(lambda b: rewards(base.at[j].set(b)))(alternatives))(jnp.arange(n))
+        changed = jnp.any(jnp.abs(varied - r0) > 1e-6, axis=1).T  # [j, alt, i] -> [i, j]
+        gap = jnp.linalg.norm(state.pos[:, None] - state.pos[None], axis=-1)
+        return env.interaction(state), changed, gap
+
+    graphs, changed, gaps = map(np.asarray, jax.vmap(probe)(jax.random.split(jax.random.PRNGKey(1), 512)))
+    off = ~np.eye(n, dtype=bool)
+    assert not np.any(changed & ~graphs), "a reward changed by a robot outside the state's graph"
+    assert (changed & off).sum() >= 10  # robots did reach each other's rewards
+    # bodies 0.71 m apart touch at most: farther changes are the lidar proximity term's
+    assert gaps[changed & off].max() > 0.75
+    reach = contact_distance(nav) + 2 * nav.max_v * nav.dt
+    assert np.all(graphs[off & (gaps > reach)] == 0)
+    assert np.sum(off & (gaps > reach)) >= 500 and np.sum(graphs & off) >= 500  # both kinds of pair occur
+    assert graphs.all(axis=(1, 2)).mean() < 0.2  # few states' graphs are complete
+
+
+def test_jaxnav_interaction_below_rew_lambda_one_is_every_counted_robot():
+    env = make("jaxnav", num_agents=3)  # rew_lambda 0.5: r_j enters everyone's reward via the mean
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(env.interaction(state), np.ones((3, 3), bool))
+    done = state.replace(done=jnp.array([False, True, False]))
+    # robot 1's own reward no longer counts, but the team mean still reaches it
+    np.testing.assert_array_equal(env.interaction(done), [[1, 0, 1], [1, 1, 1], [1, 0, 1]])
+
+
+def test_interaction_hops_take_a_jaxmarl_family_only_where_it_has_a_per_state_graph():
+    Config(env="jaxnav", env_kwargs={"rew_lambda": 1.0}, interaction_hops=1).make_env()
+    with pytest.raises(ValueError, match="interaction_hops needs an environment whose coupling graph follows"):
+        Config(env="MPE_simple_spread_v3", interaction_hops=1).make_env()
+
+
 def test_wireless_reports_the_users_holding_a_packet():
     env = make("wireless", num_users=4)
     state, timestep = env.reset(jax.random.PRNGKey(3))

@@ -200,6 +200,18 @@ class JaxMARLAdapter(Env):
         reward; the family's graph (its module says why), None when unknown."""
         return self._coupling
 
+    def interaction(self, state: Any) -> jax.Array | None:
+        """Whose actions reach whose reward in one state, where that follows the state.
+
+        Args:
+            state: one (unbatched) state from ``reset``/``step``.
+
+        Returns:
+            bool [N, N], the family's graph (``Env.interaction``); None where the family's
+            coupling does not follow the state.
+        """
+        return self.family.interaction(self.env, state)
+
     # -- dict <-> array conversion ------------------------------------------------
 
     def _stack_obs(self, obs: dict) -> jax.Array:

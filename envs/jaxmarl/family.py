@@ -13,7 +13,8 @@ the defaults here (a JaxMARL environment of no known family gets these defaults)
 * observations: ``global_state_dim`` and ``global_state`` (the world state), and
   ``available_actions`` (the action masks);
 * ``coupling`` (whose actions reach whose reward; ``complete_coupling`` for one team
-  reward) and ``render``.
+  reward), ``interaction`` (the same, in one state, where it follows the state) and
+  ``render``.
 
 Every method takes the JaxMARL environment (``env``) it reads; a family holds no state.
 """
@@ -353,6 +354,20 @@ class Family:
             float32 [N, N] of ones when ``complete_coupling``, else None (unknown).
         """
         return np.ones((num_agents, num_agents), dtype=np.float32) if self.complete_coupling else None
+
+    def interaction(self, env: Any, state: Any) -> jax.Array | None:
+        """The coupling graph of one state, where it follows the state (``Env.interaction``).
+
+        Args:
+            env: the JaxMARL environment.
+            state: one (unbatched) state.
+
+        Returns:
+            bool [N, N], a subgraph of ``coupling`` with its diagonal: entry ``[i, j]`` is
+            True when agent j's action in ``state`` can change agent i's reward; None for
+            a family whose coupling does not follow the state (the base).
+        """
+        return None
 
     @property
     def renders(self) -> bool:

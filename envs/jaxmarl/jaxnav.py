@@ -11,7 +11,10 @@
 * Active agents: the robots still driving (JaxNav's per-robot ``done`` unset).
 * Observations: a world state per agent (JaxNav's ``get_world_state``), [N, S].
 * Coupling: the complete graph: each agent's reward is blended with the team mean
-  (``rew_lambda``), and any two robots can collide.
+  (``rew_lambda``), and any two robots can collide. Per state (``interaction``), at
+  ``rew_lambda=1`` only robots close enough to touch or to sense each other within the
+  lidar's proximity threshold after one step; below 1, every robot whose own reward is
+  still counted reaches every robot through the team mean.
 * Renderer: JaxNav's ``init_render`` (map, robots, goals, lidar).
 """
 
@@ -56,6 +59,30 @@ class JaxNavFamily(Family):
         """bool [N]: the robots that have neither reached their goal nor crashed."""
         return ~state.done
 
+    def interaction(self, env: Any, state: Any) -> jax.Array:
+        """bool [N, N]: robot j's action in ``state`` can change robot i's reward.
+
+        A robot's own reward, ``r_i`` (progress to its goal, its collisions, lidar
+        proximity, the time penalty), counts until its episode ends (``done``); it
+        reaches another robot only by where the robot ends the step. At ``rew_lambda=1``:
+        i and j both counted, j still moving (not ``done``, nor crashed and kept in
+        place), and their centres within ``contact_distance(env)`` plus what both can
+        drive in a step (``max_v · dt`` each), so no action of theirs can bring their
+        bodies into contact or j into i's proximity reading. Below 1, ``r_j`` enters
+        every robot's reward through the team mean: every j still counted reaches every i.
+        A superset of the measured influence, never missing an edge
+        (``tests/test_state_supports.py`` steps robots' alternatives to check it).
+        """
+        n = env.num_agents
+        counted = ~state.done
+        eye = jnp.eye(n, dtype=bool)
+        if float(np.asarray(env.rew_lambda)) != 1.0:
+            return eye | jnp.broadcast_to(counted[None, :], (n, n))
+        moving = counted if env.evaporating else counted & ~state.move_term
+        gap = jnp.linalg.norm(state.pos[:, None, :] - state.pos[None, :, :], axis=-1)
+        near = gap <= contact_distance(env) + 2 * env.max_v * env.dt
+        return eye | (counted[:, None] & moving[None, :] & near)
+
     def global_state_dim(self, env: Any, obs_shapes: dict) -> int:
         """The width of one agent's row of ``get_world_state``."""
         state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[1]
@@ -76,6 +103,27 @@ class JaxNavFamily(Family):
         fig, ax = plt.subplots(figsize=(5, 5))
         env.init_render(ax, state, obs=env.get_obs(state))
         return figure_pixels(fig)
+
+
+def contact_distance(env: Any) -> float:
+    """The farthest apart two robots' centres can be when they end a step touching, or
+    one inside the other's lidar proximity reading (``lidar_thresh + rad``, the range
+    being a whole number of lidar samples, each ``lidar_range_resolution`` or a little
+    more apart).
+
+    Args:
+        env: JaxMARL's ``JaxNav``.
+
+    Returns:
+        Metres: ``max(2 e, lidar_thresh + rad + sample + e)`` and a millimetre, where ``e``
+        is the body's farthest point from its centre (``rad`` for discs; the polygon
+        maps' ``agent_coords``) and ``sample`` the lidar's range step.
+    """
+    coords = getattr(env._map_obj, "agent_coords", None)
+    body = env.rad if coords is None else max(env.rad, float(np.linalg.norm(np.asarray(coords), axis=1).max()))
+    ranges = np.asarray(env.lidar_ranges)
+    sample = float(ranges[1] - ranges[0]) if ranges.size > 1 else float(env.lidar_range_resolution)
+    return max(2 * body, env.lidar_thresh + env.rad + sample + body) + 1e-3
 
 
 register(JaxNavFamily())
