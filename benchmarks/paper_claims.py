@@ -1,6 +1,6 @@
 """The analysis's three claims (``docs/design.md`` §1), measured with jaxpo.
 
-Run:  python benchmarks/paper_claims.py                        # all three, full size (~1.5 h on 2 CPU cores)
+Run:  python benchmarks/paper_claims.py                        # all three, full size (~2 h on 2 CPU cores)
       python benchmarks/paper_claims.py --claims 2 3 --quick   # small versions (what the notebook runs)
       python benchmarks/paper_claims.py --claims 3 --envs pg_c1 traffic_c1
 
@@ -29,8 +29,11 @@ variance and SNR (``jaxpo.diagnostics.policy_gradient_stats``) at θ_old and aft
 and 4 epochs of updates on that batch, and the variance of the importance weights. Fits
 linear (``a + b m``) and exponential (``a · exp(b m)``) models to each curve.
 
-Claim 3 — interior optimum. khop(coupling, κ) for κ = 0 … c + 3 and the full support,
-seeds, every run of an environment in one vmapped program. Per κ: final return (mean of
+Claim 3 — interior optimum. khop(coupling, κ) for κ = 0 … c + 3 (the declared graph, or
+the measured one: ``"graph": "measured"``; a κ whose khop is already the full support is
+left to the full support's row) and the full support, seeds, every run of an environment
+in one vmapped program; with ``"state_hops"``, khop on each state's own graph
+(``Config.interaction_hops``), one program per κ. Per κ: final return (mean of
 the last 10% of updates), area under the curve (mean return over training: sample
 efficiency) and env steps until the run's smoothed return first reaches 90% of the
 best κ's final IQM (the budget when it never does).
@@ -310,6 +313,17 @@ ENVS = {  # name -> (env, env kwargs, radius c, Config options)
     # mappo's ones; users coupled only while both hold a packet), one program per κ.
     "wireless_line": ("wireless", {"num_users": 16}, 1, {"active_agents": False}),
     "wireless_line_active": ("wireless", {"num_users": 16}, 1, {"active_agents": True, "state_hops": (1, 2, 3)}),
+    # Four JaxNav robots, each rewarded for its own driving alone (rew_lambda=1): two
+    # robots couple only while they are close enough to touch or to sense each other
+    # (jaxnav's per-state graph). The declared graph is complete (any two can meet), so
+    # every static κ >= 1 is the full support and only κ = 0 is run beside it. 32 lidar
+    # beams instead of 200 and 200-step episodes make a run fit a CPU session.
+    "jaxnav_local": ("jaxnav", {"num_agents": 4, "rew_lambda": 1.0, "lidar_num_beams": 32, "max_steps": 200}, 1,
+                     {"state_hops": (1, 2)}),
+    # MPE simple_spread at its default rewards, khop on the graph measure_coupling finds
+    # ("graph": "measured"; MEASURED_SETTINGS): complete, the landmark-coverage term being
+    # everyone's, so again κ = 0 against the full support.
+    "mpe_spread": ("MPE_simple_spread_v3", {}, 1, {"graph": "measured"}),
 }
 
 
@@ -317,14 +331,18 @@ def claim3(names: list[str], seeds: list[int], steps: int, out: str | None, quic
     results = {}
     for name in names:
         env_name, kwargs, c, options = ENVS[name]
-        state_hops = options.get("state_hops", ())
-        options = {key: value for key, value in options.items() if key != "state_hops"}
+        state_hops, graph = options.get("state_hops", ()), options.get("graph", "declared")
+        options = {key: value for key, value in options.items() if key not in ("state_hops", "graph")}
         if quick:  # the notebook's size: 8 agents, fewer κ
             kwargs = {**kwargs, "num_agents": 8} if env_name == "public_goods" else {"rows": 2, "cols": 4}
         env = envs.make(env_name, **kwargs)
         n = env.num_agents
-        kappas = list(range(0, c + 2 if quick else c + 4))
-        sups = [support.khop(env.coupling, k) for k in kappas] + [support.mappo(n)]
+        coupling = envs.coupling.measured_graph(env) if graph == "measured" else env.coupling
+        full = support.mappo(n)
+        # a κ whose reach is already every agent is the full support: run once, as "full"
+        kappas = [k for k in range(0, c + 2 if quick else c + 4)
+                  if not np.array_equal(support.khop(coupling, k).S_A, full.S_A)]
+        sups = [support.khop(coupling, k) for k in kappas] + [full]
         labels = [str(k) for k in kappas] + ["full"]
         config = Config(env=env_name, env_kwargs=kwargs, **{"num_envs": 16, "num_steps": 50, "hidden": (32, 32),
                                                               "updates_per_chunk": 5 if quick else 10, **options})
@@ -428,7 +446,8 @@ def plot_claim3(res: dict, path: str | None):
             iqm = np.array([rw[key]["iqm"] for rw in r["rows"]])
             ci = np.array([rw[key]["ci"] for rw in r["rows"]])
             ax.errorbar(x, iqm, yerr=[iqm - ci[:, 0], ci[:, 1] - iqm], fmt="o", capsize=3)
-            ax.axvline(r["c"], color="grey", ls=":")
+            labels = r["labels"]  # a κ left out was the full support (claim3): c's line goes there
+            ax.axvline(labels.index(str(r["c"]) if str(r["c"]) in labels else "full"), color="grey", ls=":")
             ax.set_xticks(x, [label.replace(" (state)", "\nstate") for label in r["labels"]])
             ax.set_xlabel("κ (dotted: coupling radius c)")
             ax.set_title(f"{title}, IQM, 95% CI")

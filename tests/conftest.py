@@ -23,8 +23,8 @@ EXPERIMENT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, 
 # usual order.
 SLOWEST_FIRST = {
     "test_jaxmarl_families.py": 147, "test_jaxmarl_control.py": 130, "test_multiprocess.py": 108,
-    "test_parallel.py": 82, "test_kernels.py": 81, "test_docs.py": 71, "test_evaluate.py": 66,
-    "test_checkpoint.py": 55, "test_state_supports.py": 54, "03_paper_claims.ipynb": 53, "test_speed.py": 47,
+    "test_parallel.py": 82, "test_kernels.py": 81, "test_docs.py": 71, "test_state_supports.py": 68,
+    "test_evaluate.py": 66, "test_checkpoint.py": 55, "03_paper_claims.ipynb": 53, "test_speed.py": 47,
     "test_learning_policies.py": 47, "test_recurrent.py": 41, "test_population.py": 40,
     "test_train_schemes.py": 39, "test_protocol.py": 38, "test_coupling.py": 37, "test_diagnostics.py": 31,
     "test_audit.py": 27,
