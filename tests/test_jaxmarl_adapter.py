@@ -536,6 +536,9 @@ WRONG_ARGUMENTS = [
     ("overcooked_v2", "layout", "nope", "unknown Overcooked v2 layout 'nope'; known: cramped_room"),
     ("jaxnav", "map_id", 3, "map_id for env 'jaxnav' must be a map name, got 3; known: Grid-Rand"),
     ("jaxnav", "map_id", "Nowhere", "unknown JaxNav map 'Nowhere'; known: Grid-Rand"),
+    ("jaxnav", "map_id", "Grid-Rand", "map_id 'Grid-Rand': JaxMARL's GridMapCircleAgents does not implement a robot's "
+     "collision with the map, so its step cannot run"),  # its disc robots: the step raises NotImplementedError
+    ("jaxnav", "map_id", "Grid-Rand-Barn", "map_id 'Grid-Rand-Barn' places one robot: num_agents must be 1, got 2"),
     ("hopper_3x1", "episode_length", "long", "episode_length for env 'hopper_3x1' must be an integer, got 'long'"),
 ]
 

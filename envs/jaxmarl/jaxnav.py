@@ -1,7 +1,8 @@
 """JaxNav: robots drive to their goals through a map of obstacles, sensing by lidar.
 
 * Names: ``jaxnav``; arguments: ``JaxNav``'s constructor's, ``map_id=`` one of JaxNav's
-  registered maps.
+  registered maps that JaxMARL can step (not ``Grid-Rand``, whose disc robots have no
+  map collision; ``Grid-Rand-Barn`` with one robot).
 * Actions: continuous ``Box(2)`` (or ``act_type="Discrete"``: 15), every one available
   (JaxNav's ``get_avail_actions`` is a placeholder, two ones per agent whatever its
   action space). Rewards are per agent.
@@ -50,6 +51,27 @@ class JaxNavFamily(Family):
         if "map_id" in kwargs:
             check_map_name(kwargs["map_id"], registered_maps, "JaxNav map", "map_id", name)
         return super().arguments(name, kwargs)
+
+    def build(self, name: str, kwargs: dict) -> Any:
+        """JaxMARL's ``JaxNav``, refused where its map cannot step these robots.
+
+        Raises:
+            ValueError: ``map_id`` a map whose robot-map collision JaxMARL leaves
+                unimplemented (its step would raise NotImplementedError: ``Grid-Rand``'s
+                disc robots), or a single-robot map (``Grid-Rand-Barn``) with
+                ``num_agents`` other than 1.
+        """
+        from jaxmarl.environments.jaxnav.maps.grid_map import GridMapBarn
+        from jaxmarl.environments.jaxnav.maps.map import Map
+
+        env = super().build(name, kwargs)
+        map_id, kind = kwargs.get("map_id", "the default map"), type(env._map_obj)
+        if kind.check_agent_map_collision is Map.check_agent_map_collision:
+            raise ValueError(f"map_id {map_id!r}: JaxMARL's {kind.__name__} does not implement a robot's collision "
+                             "with the map, so its step cannot run; the polygon-robot maps can ('Grid-Rand-Poly')")
+        if isinstance(env._map_obj, GridMapBarn) and env.num_agents != 1:
+            raise ValueError(f"map_id {map_id!r} places one robot: num_agents must be 1, got {env.num_agents}")
+        return env
 
     def terminal(self, env: Any, state: Any, actions: dict, next_state: Any) -> jax.Array:
         """Every robot is at its goal or has crashed (now or, evaporating, before)."""
