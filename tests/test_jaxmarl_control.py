@@ -96,7 +96,7 @@ def test_jaxnav_discrete_actions_are_fifteen_and_all_legal():
 def test_jaxnav_trains_robots_that_stop_crashing():
     """Random driving crashes into the map's walls (−4 each): ≈ −2.2 and −2.8 per
     episode for seeds 0, 1. At CI size IPPO learns to stop crashing (medians of updates
-    10–14: −0.79 and −0.75; standing still costs the time penalty, −0.6 over 60 steps);
+    10–14: −0.83 and −0.77; standing still costs the time penalty, −0.6 over 60 steps);
     reaching the goals (+4) takes far longer and is not tested here."""
     config = Config(env="jaxnav", env_kwargs=dict(max_steps=60), num_envs=32, num_steps=60, updates_per_chunk=5,
                     hidden=(64, 64))

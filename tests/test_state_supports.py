@@ -195,12 +195,27 @@ def test_smax_reports_its_living_allies_and_the_peer_reference_configs_do_not_ma
         assert config["active_agents"] is False, name
 
 
-def test_jaxnav_reports_the_robots_still_driving():
-    env = make("jaxnav", num_agents=2)
-    state, timestep = env.reset(jax.random.PRNGKey(0))
-    np.testing.assert_array_equal(timestep.active, [True, True])
-    crashed = state.replace(done=jnp.array([False, True]))
-    np.testing.assert_array_equal(env.family.active(env.env, crashed), [True, False])
+def test_jaxnav_reports_the_robots_whose_action_still_acts():
+    """Three robots, two driven into each other: JaxNav (not evaporating) keeps them in
+    place, not done, and every action of theirs gives the same next state and rewards;
+    they are inactive from the crash on, the third robot active throughout. With a
+    turning penalty (``weight_w``) a crashed robot's action changes its own reward, so
+    it stays active."""
+    env = make("jaxnav", num_agents=3)
+    start, timestep = env.reset(jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(timestep.active, [True, True, True])
+    state = start.replace(pos=start.pos.at[1].set(start.pos[0] + jnp.array([0.5, 0.0])))
+    state, timestep = env.step(jax.random.PRNGKey(1), state, jnp.array([[1.0, 0.3], [1.0, -0.3], [0.5, 0.0]]))
+    np.testing.assert_array_equal(state.move_term, [True, True, False])
+    np.testing.assert_array_equal(state.done, [False, False, False])
+    np.testing.assert_array_equal(timestep.active, [False, False, True])
+    outcomes = {str(jax.tree.leaves(env.step(jax.random.PRNGKey(2), state, jnp.array([[v, w], [0.0, 0.0], [0.5, 0.0]]))))
+                for v, w in [(0.0, 0.0), (1.0, 0.6), (0.5, -0.6)]}
+    assert len(outcomes) == 1  # the crashed robot's action changes nothing
+    done = state.replace(done=jnp.array([False, False, True]))
+    np.testing.assert_array_equal(env.family.active(env.env, done), [False, False, False])
+    penalised = make("jaxnav", num_agents=3, weight_w=-0.1)
+    np.testing.assert_array_equal(penalised.family.active(penalised.env, state), [True, True, True])
 
 
 def test_jaxnav_interaction_holds_every_robot_whose_action_reaches_a_reward():

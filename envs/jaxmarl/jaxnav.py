@@ -7,9 +7,15 @@
   (JaxNav's ``get_avail_actions`` is a placeholder, two ones per agent whatever its
   action space). Rewards are per agent.
 * Episode ends: when every robot has reached its goal or crashed, a termination; an
-  episode that ends at its time limit with a robot still driving is a truncation. A
-  robot that has reached its goal or crashed stays put with reward 0 until the end.
-* Active agents: the robots still driving (JaxNav's per-robot ``done`` unset).
+  episode that ends at its time limit with a robot still driving is a truncation. With
+  ``evaporating=True`` a robot that reaches its goal or crashes is done at once and earns
+  0 until the end; by default (``evaporating=False``) JaxNav sets every robot's ``done``
+  only when the episode ends: a crashed robot stays put and still pays the lidar
+  proximity term (−0.1 a step while it touches something), and one at its goal drives on.
+* Active agents: the robots whose action still does something: not done, and not
+  crashed and kept in place (by default; with ``evaporating=True`` a crash is ``done``).
+  A crashed robot still counts where JaxNav's turning penalty (``weight_w``, 0 by
+  default) is on, which can make its action change its own reward.
 * Observations: a world state per agent (JaxNav's ``get_world_state``), [N, S].
 * Coupling: the complete graph: each agent's reward is blended with the team mean
   (``rew_lambda``), and any two robots can collide. Per state (``interaction``), at
@@ -78,8 +84,9 @@ class JaxNavFamily(Family):
         return jnp.all(state.done | next_state.goal_reached | next_state.move_term)
 
     def active(self, env: Any, state: Any) -> jax.Array:
-        """bool [N]: the robots that have neither reached their goal nor crashed."""
-        return ~state.done
+        """bool [N]: the robots whose action still changes a reward (``moving``, or not
+        done where a crashed robot's turning is penalised)."""
+        return ~state.done if env.weight_w else moving(env, state)
 
     def interaction(self, env: Any, state: Any) -> jax.Array:
         """bool [N, N]: robot j's action in ``state`` can change robot i's reward.
@@ -100,10 +107,9 @@ class JaxNavFamily(Family):
         eye = jnp.eye(n, dtype=bool)
         if float(np.asarray(env.rew_lambda)) != 1.0:
             return eye | jnp.broadcast_to(counted[None, :], (n, n))
-        moving = counted if env.evaporating else counted & ~state.move_term
         gap = jnp.linalg.norm(state.pos[:, None, :] - state.pos[None, :, :], axis=-1)
         near = gap <= contact_distance(env) + 2 * env.max_v * env.dt
-        return eye | (counted[:, None] & moving[None, :] & near)
+        return eye | (counted[:, None] & moving(env, state)[None, :] & near)
 
     def global_state_dim(self, env: Any, obs_shapes: dict) -> int:
         """The width of one agent's row of ``get_world_state``."""
@@ -125,6 +131,20 @@ class JaxNavFamily(Family):
         fig, ax = plt.subplots(figsize=(5, 5))
         env.init_render(ax, state, obs=env.get_obs(state))
         return figure_pixels(fig)
+
+
+def moving(env: Any, state: Any) -> jax.Array:
+    """bool [N]: the robots whose action moves them: not done, and (unless evaporating,
+    where a crash is done) not crashed, which JaxNav keeps in place.
+
+    Args:
+        env: JaxMARL's ``JaxNav``.
+        state: one (unbatched) JaxNav state.
+
+    Returns:
+        bool [N].
+    """
+    return ~state.done if env.evaporating else ~(state.done | state.move_term)
 
 
 def contact_distance(env: Any) -> float:

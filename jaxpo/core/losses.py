@@ -11,9 +11,10 @@ Pure functions. N agents; the last axis of every per-agent array is the agent ax
   per-agent parameters give agent k exactly its own single-agent PPO gradient.
 
 **Active agents.** Where an environment reports which agents act (``active [..., N]``:
-a SMAX unit alive, a JaxNav robot driving), the supports follow the state: an inactive
-agent's advantage leaves every credit (``S_A``'s column), its ratio leaves every product
-(``S_R``'s row) and its own term leaves the objective, with its entropy:
+a SMAX unit alive, a JaxNav robot neither crashed nor done), the supports follow the
+state: an inactive agent's advantage leaves every credit (``S_A``'s column), its ratio
+leaves every product (``S_R``'s row) and its own term leaves the objective, with its
+entropy:
 ``S_A(s) = S_A · diag(m)``, ``S_R(s) = diag(m) · S_R`` and term i weighted by ``m_i``,
 so the signal of state s is ``diag(m) S_R diag(m) S_A diag(m)``. Terms stay summed and
 the batch averaged over all its entries (inactive ones count as zero), the unbiased
