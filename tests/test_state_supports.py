@@ -272,13 +272,15 @@ def test_jaxnav_interaction_holds_every_robot_whose_action_reaches_a_reward():
     assert graphs.all(axis=(1, 2)).mean() < 0.2  # few states' graphs are complete
 
 
-def test_jaxnav_interaction_below_rew_lambda_one_is_every_counted_robot():
+def test_jaxnav_interaction_below_rew_lambda_one_is_every_active_robot():
     env = make("jaxnav", num_agents=3)  # rew_lambda 0.5: r_j enters everyone's reward via the mean
     state, _ = env.reset(jax.random.PRNGKey(0))
     np.testing.assert_array_equal(env.interaction(state), np.ones((3, 3), bool))
     done = state.replace(done=jnp.array([False, True, False]))
     # robot 1's own reward no longer counts, but the team mean still reaches it
     np.testing.assert_array_equal(env.interaction(done), [[1, 0, 1], [1, 1, 1], [1, 0, 1]])
+    crashed = state.replace(move_term=jnp.array([True, False, False]))  # kept in place: its action moves nothing
+    np.testing.assert_array_equal(env.interaction(crashed), [[1, 1, 1], [0, 1, 1], [0, 1, 1]])
 
 
 def test_interaction_hops_take_a_jaxmarl_family_only_where_it_has_a_per_state_graph():

@@ -20,8 +20,8 @@
 * Coupling: the complete graph: each agent's reward is blended with the team mean
   (``rew_lambda``), and any two robots can collide. Per state (``interaction``), at
   ``rew_lambda=1`` only robots close enough to touch or to sense each other within the
-  lidar's proximity threshold after one step; below 1, every robot whose own reward is
-  still counted reaches every robot through the team mean.
+  lidar's proximity threshold after one step; below 1, every active robot reaches every
+  robot through the team mean.
 * Renderer: JaxNav's ``init_render`` (map, robots, goals, lidar).
 """
 
@@ -98,15 +98,16 @@ class JaxNavFamily(Family):
         place), and their centres within ``contact_distance(env)`` plus what both can
         drive in a step (``max_v · dt`` each), so no action of theirs can bring their
         bodies into contact or j into i's proximity reading. Below 1, ``r_j`` enters
-        every robot's reward through the team mean: every j still counted reaches every i.
+        every robot's reward through the team mean: every active j (``active``: its
+        action still changes ``r_j``) reaches every i.
         A superset of the measured influence, never missing an edge
         (``tests/test_state_supports.py`` steps robots' alternatives to check it).
         """
         n = env.num_agents
-        counted = ~state.done
         eye = jnp.eye(n, dtype=bool)
         if float(np.asarray(env.rew_lambda)) != 1.0:
-            return eye | jnp.broadcast_to(counted[None, :], (n, n))
+            return eye | jnp.broadcast_to(self.active(env, state)[None, :], (n, n))
+        counted = ~state.done
         gap = jnp.linalg.norm(state.pos[:, None, :] - state.pos[None, :, :], axis=-1)
         near = gap <= contact_distance(env) + 2 * env.max_v * env.dt
         return eye | (counted[:, None] & moving(env, state)[None, :] & near)
