@@ -340,10 +340,10 @@ def claim3(names: list[str], seeds: list[int], steps: int, out: str | None, quic
         coupling = envs.coupling.measured_graph(env) if graph == "measured" else env.coupling
         full = support.mappo(n)
         # a κ whose reach is already every agent is the full support: run once, as "full"
-        kappas = [k for k in range(0, c + 2 if quick else c + 4)
-                  if not np.array_equal(support.khop(coupling, k).S_A, full.S_A)]
-        sups = [support.khop(coupling, k) for k in kappas] + [full]
-        labels = [str(k) for k in kappas] + ["full"]
+        khops = {k: support.khop(coupling, k) for k in range(0, c + 2 if quick else c + 4)}
+        khops = {k: sup for k, sup in khops.items() if not np.array_equal(sup.S_A, full.S_A)}
+        sups = [*khops.values(), full]
+        labels = [str(k) for k in khops] + ["full"]
         config = Config(env=env_name, env_kwargs=kwargs, **{"num_envs": 16, "num_steps": 50, "hidden": (32, 32),
                                                               "updates_per_chunk": 5 if quick else 10, **options})
         hyper, run_seeds, run_labels = runs(sups, seeds)
@@ -448,7 +448,7 @@ def plot_claim3(res: dict, path: str | None):
             ax.errorbar(x, iqm, yerr=[iqm - ci[:, 0], ci[:, 1] - iqm], fmt="o", capsize=3)
             labels = r["labels"]  # a κ left out was the full support (claim3): c's line goes there
             ax.axvline(labels.index(str(r["c"]) if str(r["c"]) in labels else "full"), color="grey", ls=":")
-            ax.set_xticks(x, [label.replace(" (state)", "\nstate") for label in r["labels"]])
+            ax.set_xticks(x, [label.replace(" (state)", "\nstate") for label in labels])
             ax.set_xlabel("κ (dotted: coupling radius c)")
             ax.set_title(f"{title}, IQM, 95% CI")
     fig.tight_layout()

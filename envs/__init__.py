@@ -24,10 +24,9 @@ from __future__ import annotations
 import importlib
 import inspect
 
-import jax
 import numpy as np
 
-from .base import AutoReset, Env, TimeStep
+from .base import AutoReset, Env, TimeStep, follows_state
 from .coupling import Coupling, measure_coupling
 
 # jaxpo's own environments: name -> "module:Class" (imported on first use) or an Env class.
@@ -81,8 +80,7 @@ def describe(env: Env) -> dict:
     else:
         degree = (np.asarray(coupling) != 0).sum(axis=1) - np.diagonal(np.asarray(coupling) != 0)
         graph = f"graph, mean degree {degree.mean():.3g}"
-    state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]
-    if jax.eval_shape(env.interaction, state) is not None:
+    if follows_state(env):
         graph += ", per state"
     return {"num_agents": env.num_agents, "obs_dim": env.obs_dim,
             "actions": f"{'Box' if continuous else 'Discrete'}({env.num_actions})", "continuous": continuous,
@@ -140,5 +138,5 @@ def _env_class(name: str, entry: str | type) -> type[Env]:
     return entry
 
 
-__all__ = ["AutoReset", "Coupling", "Env", "TimeStep", "describe", "make", "measure_coupling", "registered_names",
-           "REGISTRY"]
+__all__ = ["AutoReset", "Coupling", "Env", "TimeStep", "describe", "follows_state", "make", "measure_coupling",
+           "registered_names", "REGISTRY"]

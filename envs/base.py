@@ -212,6 +212,21 @@ class Env:
         )
 
 
+def follows_state(env: Env) -> bool:
+    """Whether ``env`` gives each state's coupling graph (``Env.interaction`` not None),
+    what ``Config.interaction_hops`` needs; found by tracing ``reset`` and
+    ``interaction``, computing nothing.
+
+    Args:
+        env: the environment (wrapped or not).
+
+    Returns:
+        True where ``env.interaction(state)`` is a graph.
+    """
+    state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]
+    return jax.eval_shape(env.interaction, state) is not None
+
+
 class AutoReset(Env):
     """Wraps an ``Env`` so that ``step`` starts a new episode when one ends.
 

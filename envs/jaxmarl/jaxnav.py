@@ -71,11 +71,11 @@ class JaxNavFamily(Family):
         from jaxmarl.environments.jaxnav.maps.map import Map
 
         env = super().build(name, kwargs)
-        map_id, kind = kwargs.get("map_id", "the default map"), type(env._map_obj)
+        map_id, kind = kwargs.get("map_id", "the default map"), type(env.map_obj)
         if kind.check_agent_map_collision is Map.check_agent_map_collision:
             raise ValueError(f"map_id {map_id!r}: JaxMARL's {kind.__name__} does not implement a robot's collision "
                              "with the map, so its step cannot run; the polygon-robot maps can ('Grid-Rand-Poly')")
-        if isinstance(env._map_obj, GridMapBarn) and env.num_agents != 1:
+        if isinstance(env.map_obj, GridMapBarn) and env.num_agents != 1:
             raise ValueError(f"map_id {map_id!r} places one robot: num_agents must be 1, got {env.num_agents}")
         return env
 
@@ -162,7 +162,7 @@ def contact_distance(env: Any) -> float:
         is the body's farthest point from its centre (``rad`` for discs; the polygon
         maps' ``agent_coords``) and ``sample`` the lidar's range step.
     """
-    coords = getattr(env._map_obj, "agent_coords", None)
+    coords = getattr(env.map_obj, "agent_coords", None)
     body = env.rad if coords is None else max(env.rad, float(np.linalg.norm(np.asarray(coords), axis=1).max()))
     ranges = np.asarray(env.lidar_ranges)
     sample = float(ranges[1] - ranges[0]) if ranges.size > 1 else float(env.lidar_range_resolution)

@@ -269,11 +269,9 @@ class Config:
                 graph (``Env.interaction``).
         """
         env = _make_env(self.env, self.env_kwargs)
-        if self.interaction_hops is not None:
-            state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[0]
-            if jax.eval_shape(env.interaction, state) is None:
-                raise _invalid("interaction_hops", "needs an environment whose coupling graph follows the state "
-                                                   f"(Env.interaction); {env.name!r} reports none")
+        if self.interaction_hops is not None and not envs.follows_state(env):
+            raise _invalid("interaction_hops", "needs an environment whose coupling graph follows the state "
+                                               f"(Env.interaction); {env.name!r} reports none")
         return env
 
     def cnn_layers(self, env: envs.Env) -> tuple[tuple[int, int], ...]:
