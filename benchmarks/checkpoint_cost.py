@@ -82,7 +82,7 @@ def main() -> None:
     start = time.perf_counter()
     run_episodes(cfg, params, [r["run_id"] for r in runs], args.episodes, 0, True)
     first = time.perf_counter() - start
-    _, _, rate = run_episodes(cfg, params, [r["run_id"] for r in runs], args.episodes, 1, True)
+    *_, rate = run_episodes(cfg, params, [r["run_id"] for r in runs], args.episodes, 1, True)
     print(json.dumps({"kind": "eval", **common, "episodes": args.episodes, "episodes_per_s": round(rate, 1),
                       "compile_s": round(first, 2)}), flush=True)
 

@@ -334,3 +334,45 @@ def test_a_shipped_config_trains_two_updates(tmp_path):
     curves = cli_curves(tmp_path, "--config", "cacc_slowdown_khop1", "--num-envs", "2", "--num-steps", "60",
                         "--updates-per-chunk", "2", "--hidden", "16", "--steps", "240", "--seeds", "1")
     assert curves.shape == (1, 2)
+
+
+def test_the_original_metric_of_a_trained_run_matches_an_episode_played_by_hand(tmp_path):
+    """``benchmarks/cacc_metric.py``'s R̄ (N·G/L on the evaluation environment, from
+    jaxpo's evaluation program) against the mean over steps of the vehicles' summed raw
+    rewards, from the same episode stepped one step at a time here."""
+    import sys
+    from pathlib import Path
+
+    from runtools import cli_curves
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import cacc_metric
+    from jaxpo.run.evaluate import latest_groups, load_runs
+
+    cli_curves(tmp_path, "--config", "cacc_catchup_khop1", "--num-envs", "2", "--num-steps", "60",
+               "--updates-per-chunk", "2", "--hidden", "16", "--steps", "240", "--seeds", "2")
+    run_dir = str(tmp_path / "run")
+    config, params, runs, _ = load_runs(run_dir, max(latest_groups(run_dir).values()))
+    episodes, seed, run = 3, 7, 1
+    r_bar, lengths, max_steps = cacc_metric.original_metric(config, params, [r["run_id"] for r in runs], episodes, seed)
+    assert r_bar.shape == lengths.shape == (2, episodes) and max_steps == 600
+
+    # episode 0 of run 1 with evaluate.episode_loop's keys: greedy actions, so only the environment's keys matter
+    env = AutoReset(make("cacc", scenario="catchup", safety_weight=0.0, reward_norm=1.0))
+    policy = jaxpo.load_policy(run_dir, run=runs[run]["run_id"])
+    key_reset, key = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), runs[run]["run_id"]))
+    state, ts = env.reset(jax.random.split(key_reset, episodes)[0])
+    step, act = jax.jit(env.step), jax.jit(policy.act)
+    summed = []
+    for t, key_t in enumerate(jax.random.split(key, max_steps)):
+        key_act, key_env = jax.random.split(key_t)
+        state, ts = step(jax.random.split(key_env, episodes)[0], state, act(key_act, ts.obs, ts.action_mask))
+        summed.append(float(np.sum(np.asarray(ts.reward, np.float64))))
+        if bool(ts.done):
+            break
+    assert lengths[run, 0] == len(summed)
+    np.testing.assert_allclose(r_bar[run, 0], np.mean(summed), rtol=1e-5)
+    lines = cacc_metric.score(run_dir, episodes, seed)
+    assert [line["kind"] for line in lines] == ["run", "run", "config"]
+    np.testing.assert_allclose(lines[run]["r_bar"], r_bar[run].mean(), rtol=1e-6)
+    assert lines[-1]["episodes"] == 2 * episodes and 0 <= lines[-1]["collided"] <= 1

@@ -24,10 +24,29 @@ def test_eval_reports_every_run_and_matches_the_python_api(trained_run, capsys):
     np.testing.assert_allclose(table["mean_return"], [row["mean_return"] for row in lines])
     for row in lines:
         assert row["std_return"] >= 0 and row["episodes"] == 32 and row["episodes_per_second"] > 0
+        assert row["mean_length"] == 50  # public_goods episodes last max_steps
         policy = jaxpo.load_policy(run_dir, run=row["run_id"])
         stats = jaxpo.evaluate(policy, episodes=32)
         np.testing.assert_allclose(stats["mean_return"], row["mean_return"], rtol=1e-6)
         np.testing.assert_allclose(stats["iqm_return"], row["iqm_return"], rtol=1e-6)
+
+
+def test_eval_on_the_training_environment_with_a_parameter_changed(trained_run, capsys):
+    _, run_dir = trained_run
+    assert cli.main(["eval", run_dir, "--episodes", "16", "--env-arg", "max_steps=100"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert [row["run_id"] for row in lines] == [0, 1]
+    for row in lines:
+        assert row["env.max_steps"] == 100 and row["mean_length"] == 100
+        policy = jaxpo.load_policy(run_dir, run=row["run_id"])
+        stats = jaxpo.evaluate(policy, jaxpo.envs.make("public_goods", max_steps=100), episodes=16)
+        np.testing.assert_allclose(stats["mean_return"], row["mean_return"], rtol=1e-6)
+        assert stats["mean_length"] == 100
+    np.testing.assert_array_equal(read_csv(os.path.join(run_dir, "checkpoint_eval.csv"))["env.max_steps"], [100, 100])
+    assert cli.main(["eval", run_dir, "--env-arg", "num_agents=9"]) == 2
+    assert "env has num_agents=9 but the policy was trained with num_agents=8" in capsys.readouterr().err
+    assert cli.main(["eval", run_dir, "--env-arg", "no_such=1"]) == 2
+    assert "unknown parameter no_such for env 'public_goods'" in capsys.readouterr().err
 
 
 def test_the_trained_policy_beats_the_untrained_one(trained_run):

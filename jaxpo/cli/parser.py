@@ -179,8 +179,8 @@ def _add_policy_commands(sub) -> None:
     ev = sub.add_parser("eval", help="evaluate the trained policies of a run directory",
                         description="Loads each run's newest checkpoint and plays --episodes episodes per run "
                                     "(compiled, vmapped over episodes and runs); prints JSON and writes "
-                                    "RUN_DIR/checkpoint_eval.csv: mean, std and IQM episode return (and win "
-                                    "rate). (eval.csv is evaluation during training: --eval-every.)")
+                                    "RUN_DIR/checkpoint_eval.csv: mean, std and IQM episode return, mean episode "
+                                    "length (and win rate). (eval.csv is evaluation during training: --eval-every.)")
     rd = sub.add_parser("render", help="render one episode of a trained policy to a GIF or MP4",
                         description="Plays one episode of a run's trained policy and draws every step with the "
                                     "environment's render (public_goods, traffic_grid, wireless, MPE).")
@@ -196,6 +196,9 @@ def _add_policy_commands(sub) -> None:
         mode.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
         add_compile_cache(cmd)
     ev.add_argument("--episodes", type=int, default=100, help="episodes per run (default: 100)")
+    ev.add_argument("--env-arg", dest="env_kwargs", action="append", type=parse_env_arg, default=[],
+                    metavar="KEY=VALUE", help="evaluate on the training environment with this parameter changed, "
+                                              "repeatable; the shapes must stay (e.g. --env-arg max_steps=200)")
     rd.add_argument("--out", default="episode.gif", metavar="FILE.gif|FILE.mp4",
                     help="where to write the animation (default: episode.gif)")
     rd.add_argument("--fps", type=int, default=10, help="frames per second (default: 10)")

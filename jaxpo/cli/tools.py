@@ -6,6 +6,7 @@ serves the documentation.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -21,10 +22,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and checkpoint_eval.csv.
 
     Args:
-        args: ``run_dir``, ``run`` (None: every run), ``episodes``, ``seed``, ``greedy``.
+        args: ``run_dir``, ``run`` (None: every run), ``episodes``, ``seed``, ``greedy``,
+            ``env_kwargs`` (``(key, value)`` pairs over the training environment's parameters).
 
     Returns:
-        0; 2 after a usage error (no checkpoint, a run id it does not hold).
+        0; 2 after a usage error (no checkpoint, a run id it does not hold, an environment
+        parameter the environment refuses or that changes its shapes).
     """
     from jaxpo.run import checkpoint
     from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes, summarize
@@ -32,6 +35,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     try:
         positive_int(args.episodes, "episodes")
+        overrides = dict(args.env_kwargs)
         groups = latest_groups(args.run_dir)
         if not groups:
             checkpoint.restore(args.run_dir)  # raises the precise error
@@ -44,12 +48,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 continue
             params = _take_runs(params, pick)
             ids = [runs[i]["run_id"] for i in pick]
-            returns, won, rate = run_episodes(config, params, ids, args.episodes, args.seed, args.greedy)
-            for i, stats in zip(pick, summarize(returns, won, rate)):
+            env = None if not overrides else \
+                dataclasses.replace(config, env_kwargs={**config.env_args, **overrides}).make_env()
+            played = run_episodes(config, params, ids, args.episodes, args.seed, args.greedy, env)
+            for i, stats in zip(pick, summarize(*played)):
                 run = runs[i]
                 rows.append({"run_id": run["run_id"], "label": run["label"], "setting": run["setting"],
                              "seed": run["seed"], "update": int(meta["chunk"]) * config.updates_per_chunk,
-                             "greedy": args.greedy, **stats})
+                             "greedy": args.greedy, **{f"env.{k}": v for k, v in overrides.items()}, **stats})
         if not rows:
             raise ValueError(f"--run {args.run} is out of range: the checkpointed runs of {args.run_dir!r} have "
                              f"run ids {min(known)}..{max(known)}")

@@ -285,8 +285,9 @@ def evaluate(policy: Policy, env: Env | None = None, episodes: int = 100, seed: 
         greedy: most likely actions (true) or samples (false); default ``policy.greedy``.
 
     Returns:
-        ``{"episodes", "mean_return", "std_return", "iqm_return", "episodes_per_second"}``
-            (the rate after compiling), plus ``"win_rate"`` where the environment has one.
+        ``{"episodes", "mean_return", "std_return", "iqm_return", "mean_length",
+            "episodes_per_second"}`` (the rate after compiling), plus ``"win_rate"`` where
+            the environment has one.
 
     Raises:
         ValueError: if ``episodes`` is not a positive integer, or ``env`` is not a
@@ -295,8 +296,8 @@ def evaluate(policy: Policy, env: Env | None = None, episodes: int = 100, seed: 
     """
     greedy = policy.greedy if greedy is None else greedy
     params = jax.tree.map(lambda x: jnp.asarray(x)[None], policy.params)
-    returns = run_episodes(policy.config, params, [policy.run.get("run_id", 0)], episodes, seed, greedy, env)
-    return summarize(*returns)[0]
+    played = run_episodes(policy.config, params, [policy.run.get("run_id", 0)], episodes, seed, greedy, env)
+    return summarize(*played)[0]
 
 
 def _compatible(config: Config, env: Env | None) -> AutoReset:
@@ -326,26 +327,29 @@ def episode_player(config: Config, env: Any, episodes: int, greedy: bool) -> Cal
 
 def run_episodes(config: Config, params: Any, run_ids: Any, episodes: int, seed: int, greedy: bool,
                  env: Env | None = None):
-    """``(returns [R, episodes], won [R, episodes] or None, episodes per second)`` for
-    runs ``params [R, ...]`` with ids ``run_ids [R]`` (on ``env``, default the config's)."""
+    """``(returns [R, episodes], won [R, episodes] or None, lengths [R, episodes], episodes
+    per second)`` for runs ``params [R, ...]`` with ids ``run_ids [R]`` (on ``env``, default
+    the config's)."""
     episodes = positive_int(episodes, "episodes")
     keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.PRNGKey(seed), jnp.asarray(run_ids, jnp.uint32))
     play = episode_player(config, _compatible(config, env), int(episodes), bool(greedy))
     jax.block_until_ready(play(params, keys))  # compile
     start = time.perf_counter()
-    returns, won, _ = jax.device_get(play(params, keys))
+    returns, won, lengths = jax.device_get(play(params, keys))
     rate = returns.size / (time.perf_counter() - start)
-    return np.asarray(returns), None if won is None else np.asarray(won), rate
+    return np.asarray(returns), None if won is None else np.asarray(won), np.asarray(lengths), rate
 
 
-def summarize(returns: np.ndarray, won: np.ndarray | None, rate: float) -> list[dict[str, float]]:
-    """Per run: episodes, mean, std and IQM (interquartile mean) return, win rate."""
+def summarize(returns: np.ndarray, won: np.ndarray | None, lengths: np.ndarray, rate: float) -> list[dict[str, float]]:
+    """Per run: episodes, mean, std and IQM (interquartile mean) return, mean episode
+    length, win rate."""
     from jaxpo.run.report import interquartile_mean
 
     rows = []
     for r in range(returns.shape[0]):
         row = {"episodes": int(returns.shape[1]), "mean_return": float(returns[r].mean()),
-               "std_return": float(returns[r].std()), "iqm_return": float(interquartile_mean(returns[r]))}
+               "std_return": float(returns[r].std()), "iqm_return": float(interquartile_mean(returns[r])),
+               "mean_length": float(lengths[r].mean())}
         if won is not None:
             row["win_rate"] = float(won[r].mean())
         rows.append({**row, "episodes_per_second": round(rate, 1)})
