@@ -24,13 +24,12 @@ standard deviation over the episodes, the collided fraction, the mean length) an
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 
 import numpy as np
 
-from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes
+from jaxpo.run.evaluate import environment_with, latest_groups, load_runs, run_episodes
 
 ORIGINAL_EVALUATION = {"safety_weight": 0.0, "reward_norm": 1.0}
 
@@ -49,7 +48,7 @@ def original_metric(config, params, run_ids: list[int], episodes: int, seed: int
         ``(r_bar [R, episodes], lengths int [R, episodes], max_steps)``; an episode shorter
         than ``max_steps`` ended in a collision.
     """
-    env = dataclasses.replace(config, env_kwargs={**config.env_args, **ORIGINAL_EVALUATION}).make_env()
+    env = environment_with(config, ORIGINAL_EVALUATION)
     returns, _, lengths, _ = run_episodes(config, params, run_ids, episodes, seed, True, env)
     return env.num_agents * returns / lengths, lengths, env.max_steps
 

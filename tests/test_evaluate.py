@@ -89,6 +89,10 @@ def test_render_writes_one_frame_per_step(trained_run, tmp_path, capsys):
     env = jaxpo.load_policy(run_dir).config.make_env()
     assert frames.shape[:3] == (env.max_steps, 320, 320)  # public_goods episodes last max_steps = 50
     assert len({frames[t].tobytes() for t in range(len(frames))}) > 10  # the frames change
+    shorter = str(tmp_path / "shorter.gif")  # the training environment with a parameter changed
+    assert cli.main(["render", run_dir, "--out", shorter, "--run", "1", "--env-arg", "max_steps=20"]) == 0
+    assert json.loads(capsys.readouterr().out)["frames"] == 20
+    np.testing.assert_array_equal(iio.imread(shorter, index=None)[0], frames[0])  # the same reset
     mp4 = str(tmp_path / "episode.mp4")  # imageio-ffmpeg (the mp4 extra)
     assert cli.main(["render", run_dir, "--out", mp4, "--run", "1"]) == 0
     capsys.readouterr()

@@ -194,11 +194,11 @@ def _add_policy_commands(sub) -> None:
         mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
                           help="take each agent's most likely action (default)")
         mode.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
+        cmd.add_argument("--env-arg", dest="env_kwargs", action="append", type=parse_env_arg, default=[],
+                         metavar="KEY=VALUE", help="play on the training environment with this parameter changed, "
+                                                   "repeatable; its shapes must stay (e.g. --env-arg max_steps=200)")
         add_compile_cache(cmd)
     ev.add_argument("--episodes", type=int, default=100, help="episodes per run (default: 100)")
-    ev.add_argument("--env-arg", dest="env_kwargs", action="append", type=parse_env_arg, default=[],
-                    metavar="KEY=VALUE", help="evaluate on the training environment with this parameter changed, "
-                                              "repeatable; the shapes must stay (e.g. --env-arg max_steps=200)")
     rd.add_argument("--out", default="episode.gif", metavar="FILE.gif|FILE.mp4",
                     help="where to write the animation (default: episode.gif)")
     rd.add_argument("--fps", type=int, default=10, help="frames per second (default: 10)")

@@ -6,7 +6,6 @@ serves the documentation.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import pathlib
@@ -30,7 +29,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         parameter the environment refuses or that changes its shapes).
     """
     from jaxpo.run import checkpoint
-    from jaxpo.run.evaluate import latest_groups, load_runs, run_episodes, summarize
+    from jaxpo.run.evaluate import environment_with, latest_groups, load_runs, run_episodes, summarize
     from jaxpo.run.report import write_csv
 
     try:
@@ -48,8 +47,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 continue
             params = _take_runs(params, pick)
             ids = [runs[i]["run_id"] for i in pick]
-            env = None if not overrides else \
-                dataclasses.replace(config, env_kwargs={**config.env_args, **overrides}).make_env()
+            env = environment_with(config, overrides) if overrides else None
             played = run_episodes(config, params, ids, args.episodes, args.seed, args.greedy, env)
             for i, stats in zip(pick, summarize(*played)):
                 run = runs[i]
@@ -79,17 +77,20 @@ def cmd_render(args: argparse.Namespace) -> int:
     """``jaxpo render``: one episode of run ``--run`` to ``--out``.
 
     Args:
-        args: ``run_dir``, ``run``, ``seed``, ``greedy``, ``out`` (.gif or .mp4), ``fps``.
+        args: ``run_dir``, ``run``, ``seed``, ``greedy``, ``out`` (.gif or .mp4), ``fps``,
+            ``env_kwargs`` (as ``cmd_eval``'s).
 
     Returns:
-        0; 2 after a usage error (an animation path of another suffix, no checkpoint).
+        0; 2 after a usage error (an animation path of another suffix, no checkpoint, an
+        environment parameter the environment refuses or that changes its shapes).
     """
-    from jaxpo.run.evaluate import check_animation_path, load_policy, render_episode
+    from jaxpo.run.evaluate import check_animation_path, environment_with, load_policy, render_episode
 
     try:
         check_animation_path(args.out)  # before the (slower) loading
         policy = load_policy(args.run_dir, run=args.run, greedy=args.greedy)
-        frames = render_episode(policy, args.out, seed=args.seed, fps=args.fps)
+        env = environment_with(policy.config, dict(args.env_kwargs)) if args.env_kwargs else None
+        frames = render_episode(policy, args.out, seed=args.seed, fps=args.fps, env=env)
     except ValueError as err:
         return report("render", err)
     print(json.dumps({"out": args.out, "frames": frames, "run": policy.run["label"], "update": policy.update}))

@@ -300,6 +300,23 @@ def evaluate(policy: Policy, env: Env | None = None, episodes: int = 100, seed: 
     return summarize(*played)[0]
 
 
+def environment_with(config: Config, changes: dict[str, Any]) -> Env:
+    """``config``'s environment with some of its parameters changed (``Config.make_env``).
+
+    Args:
+        config: a trained run's config.
+        changes: ``{parameter: value}`` over ``config.env_kwargs``.
+
+    Returns:
+        The environment; evaluating on it checks its shapes against the policy's.
+
+    Raises:
+        ValueError: for a parameter the environment does not take (the registry's error,
+            naming the ones it does) or a value it refuses.
+    """
+    return dataclasses.replace(config, env_kwargs={**config.env_args, **changes}).make_env()
+
+
 def _compatible(config: Config, env: Env | None) -> AutoReset:
     """``env`` ready to evaluate a policy of ``config`` on, or a ValueError naming what differs."""
     trained = learner(config).env
@@ -356,11 +373,11 @@ def summarize(returns: np.ndarray, won: np.ndarray | None, lengths: np.ndarray, 
     return rows
 
 
-def episode_frames(policy: Policy, seed: int = 0) -> list[np.ndarray]:
-    """One episode of ``policy`` drawn with its environment's ``render``: one RGB frame
-    per step (the state each action was taken in), ``[T] × uint8 [H, W, 3]``; the
-    steps are ``episode_loop``'s on the raw environment."""
-    env = learner(policy.config).env.env  # the raw env: its state stays that of the episode that ends
+def episode_frames(policy: Policy, seed: int = 0, env: Env | None = None) -> list[np.ndarray]:
+    """One episode of ``policy`` drawn with its environment's ``render`` (or ``env``'s,
+    of the same shapes): one RGB frame per step (the state each action was taken in),
+    ``[T] × uint8 [H, W, 3]``; the steps are ``episode_loop``'s on the raw environment."""
+    env = _compatible(policy.config, env).env  # the raw env: its state stays that of the episode that ends
     if not callable(getattr(env, "render", None)):
         raise ValueError(f"environment {policy.config.env!r} cannot render (it has no render method)")
 
@@ -384,7 +401,7 @@ def check_animation_path(path: str) -> str:
     return suffix
 
 
-def render_episode(policy: Policy, path: str, seed: int = 0, fps: int = 10) -> int:
+def render_episode(policy: Policy, path: str, seed: int = 0, fps: int = 10, env: Env | None = None) -> int:
     """Writes one episode of ``policy`` to ``path``, drawn with its environment's ``render``.
 
     One RGB frame per step (the state each action was taken in), written with imageio;
@@ -396,18 +413,21 @@ def render_episode(policy: Policy, path: str, seed: int = 0, fps: int = 10) -> i
             plugin (``pip install 'jaxpo[mp4]'``).
         seed: the PRNG seed of the episode.
         fps: frames per second of the animation.
+        env: another environment of the same shapes (``evaluate``'s); default the one
+            the policy was trained on.
 
     Returns:
         The number of frames (the episode's steps).
 
     Raises:
         ValueError: if ``path`` ends in neither ``.gif`` nor ``.mp4``, ``.mp4`` is asked for
-            without imageio-ffmpeg, or the environment has no ``render`` method.
+            without imageio-ffmpeg, the environment has no ``render`` method, or ``env``
+            differs from the policy's in its shapes.
     """
     import imageio.v3 as iio
 
     suffix = check_animation_path(path)
-    frames = episode_frames(policy, seed)
+    frames = episode_frames(policy, seed, env)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if suffix == ".gif":
         iio.imwrite(path, np.stack(frames), duration=1000 / fps, loop=0)
