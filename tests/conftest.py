@@ -15,19 +15,19 @@ EXPERIMENT = {"config": {"env": "public_goods", "num_envs": 8, "num_steps": 16, 
               "run": {"seeds": 2, "progress": False, "steps": 128 * CHUNKS}}
 
 
-# Seconds per module on the 2-core CI machine (one run of the whole suite on a quiet
-# machine, with the tests' compiler options), slowest first. xdist (--dist loadscope
+# Seconds per module on the 2-core CI machine (one run of the whole suite, nothing else
+# running, with the tests' compiler options), slowest first. xdist (--dist loadscope
 # --no-loadscope-reorder) deals modules out in collection order, the next to whichever
 # worker is about to run dry: the longest start first and the short ones fill the end, so
 # neither worker idles while the other finishes a long module. The rest follow in their
 # usual order.
 SLOWEST_FIRST = {
-    "test_jaxmarl_families.py": 147, "test_jaxmarl_control.py": 130, "test_multiprocess.py": 108,
-    "test_parallel.py": 82, "test_kernels.py": 81, "test_docs.py": 71, "test_state_supports.py": 68,
-    "test_evaluate.py": 66, "test_checkpoint.py": 55, "03_paper_claims.ipynb": 53, "test_speed.py": 47,
-    "test_learning_policies.py": 47, "test_recurrent.py": 41, "test_population.py": 40,
-    "test_train_schemes.py": 39, "test_protocol.py": 38, "test_coupling.py": 37, "test_diagnostics.py": 31,
-    "test_audit.py": 27,
+    "test_multiprocess.py": 310, "test_jaxmarl_families.py": 282, "test_jaxmarl_control.py": 236,
+    "test_parallel.py": 217, "test_docs.py": 210, "test_kernels.py": 176, "test_speed.py": 158,
+    "03_paper_claims.ipynb": 140, "test_checkpoint.py": 137, "test_evaluate.py": 134, "test_state_supports.py": 109,
+    "test_learning_policies.py": 96, "test_population.py": 96, "test_coupling.py": 82, "test_protocol.py": 78,
+    "test_train_schemes.py": 77, "test_diagnostics.py": 76, "test_recurrent.py": 68, "test_audit.py": 64,
+    "02_sweeps.ipynb": 52,
 }
 
 
