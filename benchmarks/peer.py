@@ -3,6 +3,7 @@
     python benchmarks/peer.py fetch [--from GITDIR] [--rev REV]
     python benchmarks/peer.py pair --setting smax|mpe [--pairs 3] [--options default|jaxpo]
         [--updates N] [--warmup 1] [--calls 2] [--num-envs E] [--seeds R] [--xla-flags="--xla_A=1 --xla_B=2"]
+        [--cpu-devices D]
 
 ``fetch`` copies JaxMARL's ``baselines/IPPO/{ippo_rnn_smax,ippo_ff_mpe}.py`` and their
 ``config/*.yaml``, unmodified, from a JaxMARL git directory (a clone or a bare mirror) into
@@ -33,6 +34,13 @@ both, the peer's through ``XLA_FLAGS``. ``--xla-flags`` go to both sides' ``XLA_
 option they name is left to them on both sides, as jaxpo does. An inherited ``XLA_FLAGS``
 and the persistent compile cache (``JAX_COMPILATION_CACHE_DIR``) are removed from both
 sides' environment, so the options are the stated ones and compiles are real.
+
+``--cpu-devices D`` sets ``JAX_NUM_CPU_DEVICES=D`` in both sides' environment (otherwise an
+inherited one is removed: a CPU is one device), so on a CPU each side has D devices; jaxpo
+runs its config with ``parallel: envs`` (``throughput.py --parallel envs``: each run's
+environments split over the D devices, the gradient averaged over them), the peer's
+script as it is (its program uses one device). It is not an XLA option, and it is not a
+leaner program: it is jaxpo's data parallelism, which the peer's script does not have.
 
 Lines: one per process (``side``, the settings, ``compile_s``, ``timed_s``, ``call_s``,
 ``env_steps_per_s`` = calls × updates × E × T × R / ``timed_s``, ``peak_rss_mib``, backend,
@@ -69,7 +77,7 @@ PEER_KEYS = ("MAP_NAME", "ENV_KWARGS", "TOTAL_TIMESTEPS", "NUM_UPDATES", "NUM_AC
 JAXPO_KEYS = ("env", "env_kwargs", "num_envs", "num_steps", "num_epochs", "num_minibatches", "updates_per_chunk",
               "hidden", "recurrent", "shared_trunk", "critic_input")
 JAXPO_FIELDS = ("compile_s", "init_compile_s", "timed_s", "env_steps_per_s", "baseline_rss_mib", "peak_rss_mib",
-                "device_peak_mib", "backend", "device_kind", "jax_version", "xla_defaults")
+                "device_peak_mib", "backend", "device_kind", "num_devices", "jax_version", "xla_defaults", "parallel")
 HOW_TO_GET = ("get a JaxMARL git directory with the session's fetch tool (source github:FLAIROx/JaxMARL), "
               "or `git clone https://github.com/FLAIROx/JaxMARL`, then run "
               "`python benchmarks/peer.py fetch --from PATH`")
@@ -134,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--num-envs", type=positive_int, default=None, help="E (default: the configs' own)")
         q.add_argument("--seeds", type=positive_int, default=1, help="R runs in one program (peer: vmap over keys)")
         q.add_argument("--xla-flags", type=xla_flags, default="", help="XLA_FLAGS for both sides, after an equals sign: --xla-flags='--xla_A=1 --xla_B=2'")
+        q.add_argument("--cpu-devices", type=positive_int, default=None,
+                       help="JAX_NUM_CPU_DEVICES for both sides; jaxpo splits its environments over them")
         q.add_argument("--timeout", type=seconds, default=900.0, help="seconds per measuring process (jaxpo's throughput.py parent: 30 more)")
         if name == "pair":
             q.add_argument("--pairs", type=positive_int, default=3, help="pairs of processes, alternating order")
@@ -194,6 +204,11 @@ def check_args(args) -> None:
     except ValueError as err:
         parser.error(f"argument --num-envs: {err}")
     args.num_envs = config.num_envs
+    devices = args.cpu_devices or 1
+    if devices > 1 and (config.num_envs % devices or (config.num_sequences // devices) % config.num_minibatches):
+        parser.error(f"argument --cpu-devices: jaxpo splits num_envs ({config.num_envs}) over {devices} devices, "
+                     f"which needs num_envs a multiple of {devices} and {config.num_minibatches} minibatches "
+                     f"dividing each device's {config.num_sequences // devices} training samples")
     if not (PEER_DIR / script).is_file() or not (PEER_DIR / "COMMIT.json").is_file():
         parser.error(f"argument --setting: the peer's {script} is not in {PEER_DIR}: {HOW_TO_GET}")
     unequal = unequal_work(config, peer_config(args.setting, args.num_envs, args.updates))
@@ -296,10 +311,12 @@ def side_env(which: str, args, backend: str) -> dict:
     """The environment of a side's process: no inherited ``XLA_FLAGS`` or compile cache;
     ``--xla-flags`` on both; for the peer the options in effect as flags too (jaxpo's
     process passes them to ``compile`` itself, or none with ``--xla-defaults``)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")}
+    unset = ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR", "JAX_NUM_CPU_DEVICES")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     own = options_in_effect(args.options, backend, args.xla_flags) if which == "peer" else {}
     flags = " ".join([args.xla_flags] + [f"--{name}={value}" for name, value in own.items()]).strip()
-    return {**env, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1", **({"XLA_FLAGS": flags} if flags else {})}
+    devices = {"JAX_NUM_CPU_DEVICES": str(args.cpu_devices)} if args.cpu_devices else {}
+    return {**env, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1", **({"XLA_FLAGS": flags} if flags else {}), **devices}
 
 
 def side_argv(which: str, args) -> list[str]:
@@ -311,7 +328,8 @@ def side_argv(which: str, args) -> list[str]:
     return [sys.executable, os.path.abspath(throughput().__file__), "--config", str(ROOT / SETTINGS[args.setting][2]),
             "--kinds", "train", "--updates-per-chunk", str(args.updates), "--chunks", str(args.calls),
             "--min-seconds", "0", "--timeout", str(args.timeout), *common] \
-        + (["--xla-defaults"] if args.options == "default" else [])
+        + (["--xla-defaults"] if args.options == "default" else []) \
+        + (["--parallel", "envs"] if (args.cpu_devices or 1) > 1 else [])
 
 
 def schedule(pairs: int) -> list[tuple[int, str]]:
@@ -357,7 +375,7 @@ def run_side(which: str, args, backend: str, commit: str | None) -> dict:
     """Runs one side's process; its line (with an ``error`` field where it gave none)."""
     env, before, start = side_env(which, args, backend), load_avg(), time.perf_counter()
     print(f"[peer] {which} {args.setting} E={args.num_envs} R={args.seeds} options={args.options} "
-          f"XLA_FLAGS={env.get('XLA_FLAGS', '')!r}", file=sys.stderr, flush=True)
+          f"XLA_FLAGS={env.get('XLA_FLAGS', '')!r} cpu_devices={args.cpu_devices}", file=sys.stderr, flush=True)
     out, error = {}, None
     limit = args.timeout + (30 if which == "jaxpo" else 0)  # throughput.py's parent gives its child args.timeout
     try:
@@ -370,7 +388,8 @@ def run_side(which: str, args, backend: str, commit: str | None) -> dict:
     if which == "jaxpo" and out and not error:  # throughput.py's train line, in this harness's fields
         out = dict(num_steps=out["num_steps"], calls=out["chunks_timed"], **{k: out[k] for k in JAXPO_FIELDS},
                    jaxpo_commit=commit, config={k: out.get(k) for k in JAXPO_KEYS})
-    record = dict(side=which, setting=args.setting, options=args.options, xla_flags=env.get("XLA_FLAGS", ""),
+    record = dict(side=which, setting=args.setting, options=args.options, cpu_devices=args.cpu_devices,
+                  xla_flags=env.get("XLA_FLAGS", ""),
                   xla_options=options_in_effect(args.options, backend, args.xla_flags), num_envs=args.num_envs,
                   runs=args.seeds, updates=args.updates, warmup=args.warmup, **out)
     return dict(record, **({"error": error} if error else {}), load_avg_before=before, load_avg_after=load_avg(),
@@ -387,7 +406,7 @@ def pair(args) -> int:
     backend = probe.stdout.split()[-1] if probe.returncode == 0 and probe.stdout.split() else "unknown"
     commit = jaxpo_commit()
     settings = dict(setting=args.setting, options=args.options, num_envs=args.num_envs, runs=args.seeds,
-                    updates=args.updates, backend=backend)
+                    updates=args.updates, backend=backend, cpu_devices=args.cpu_devices)
     records, lines = {}, []
     for i, which in schedule(args.pairs):
         record = run_side(which, args, backend, commit)

@@ -54,7 +54,9 @@ Fields of every line:
     process_wall_s  wall seconds of the whole subprocess for this num_envs (imports, both kinds).
 Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     updates_per_s, num_epochs, num_minibatches, hidden, recurrent, seq_len (L, 1 when
-    feed-forward), scheme, preset, init_compile_s.
+    feed-forward), scheme, preset, init_compile_s, parallel (``Config.parallel``:
+    "envs" splits each run's environments over the ``num_devices``; ``--parallel``
+    sets it, and ``JAX_NUM_CPU_DEVICES=D`` makes a CPU D devices).
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
 
 With ``--phases`` (on in ``--matched``) train lines also hold, per phase of an update —
@@ -84,6 +86,7 @@ cut into samples) and ``update`` (epochs × minibatches of gradient steps):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -152,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--xla-option", action="append", type=parse_xla_option, default=[], metavar="NAME=VALUE",
                    help="an XLA option over jaxpo's (repeatable; e.g. xla_cpu_experimental_ynn_fusion_type="
                         "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE, XLA's CPU default)")
+    p.add_argument("--parallel", choices=("runs", "envs"), default=None,
+                   help="the config's layout over the devices (default: its own; Config.parallel). With "
+                        "JAX_NUM_CPU_DEVICES=D a CPU is D devices, and envs splits each run's environments over them")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per num_envs subprocess")
     p.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -255,6 +261,8 @@ def _measure_train(args) -> dict:
         scheme=args.scheme,
         share_params=args.scheme == "simultaneous",
     ) if args.config is None else _file_config(args.config, num_envs, args.updates_per_chunk)
+    if args.parallel is not None:
+        config = dataclasses.replace(config, parallel=args.parallel)
     tr = make_trainer(config, args.xla_defaults)
     sup = jaxpo.make_support(args.preset, tr.num_agents, coupling=tr.env.coupling)
     hyper, seeds, _ = jaxpo.runs(sup, seeds=range(args.seeds))
@@ -302,6 +310,7 @@ def _measure_train(args) -> dict:
         scheme=config.scheme,
         preset=args.preset,
         critic_input=config.critic_input,
+        parallel=config.parallel,
         init_compile_s=round(init_compile_s, 3),
         compile_s=round(compile_s, 3),
         timed_s=round(timed_s, 4),
@@ -332,8 +341,6 @@ def _time_ms(fn, *args, options: dict | None = None, min_seconds: float = 0.5) -
 
 def _file_config(path: str, num_envs: int, updates_per_chunk: int):
     """An experiment file's ``Config`` at ``num_envs`` environments and K updates per chunk."""
-    import dataclasses
-
     from jaxpo.experiments.experiment import load_yaml
 
     return dataclasses.replace(load_yaml(path).config, num_envs=num_envs, updates_per_chunk=updates_per_chunk)
@@ -495,6 +502,8 @@ def _child_argv(args, num_envs: int, runs: int) -> list[str]:
             "--min-seconds", str(args.min_seconds), "--scheme", args.scheme]
     if args.phases:
         argv.append("--phases")
+    if args.parallel:
+        argv += ["--parallel", args.parallel]
     if args.config:
         argv += ["--config", args.config]
     if args.backend_opt_level is not None:
@@ -522,10 +531,13 @@ def main(argv=None) -> int:
         cfg = experiment.config
         args.env, args.env_arg, args.num_steps = cfg.env, list(cfg.env_args.items()), cfg.num_steps
         args.preset, args.num_envs = experiment.support.preset, args.num_envs or [cfg.num_envs]
+        args.parallel = args.parallel or cfg.parallel
     args.num_envs = args.num_envs or list(MATCHED_NUM_ENVS if args.matched else DEFAULT_NUM_ENVS)
     args.seeds = args.seeds or list(MATCHED_RUNS if args.matched else (1,))
     if min(args.num_envs) < 1 or min(args.seeds) < 1:
         raise SystemExit("--num-envs and --seeds must be positive integers")
+    if args.phases and args.parallel == "envs":  # each phase is timed as one device's program
+        raise SystemExit("--phases times each phase on one device: it cannot be used with --parallel envs")
     if args.single:
         if len(args.num_envs) != 1 or len(args.seeds) != 1:
             raise SystemExit("--single needs exactly one --num-envs and one --seeds")

@@ -38,6 +38,9 @@ def refusal(capsys, argv) -> str:
     (["--setting", "mpe", "--warmup", "-1"], "argument --warmup"),
     (["--setting", "mpe", "--xla-flags=-O3"], "argument --xla-flags: each flag must look like --xla_NAME=VALUE, got '-O3'"),
     (["--setting", "smax", "--num-envs", "6"], "argument --num-envs: Config.num_minibatches (4) must divide"),
+    (["--setting", "smax", "--cpu-devices", "0"], "argument --cpu-devices: must be a positive integer"),
+    (["--setting", "smax", "--cpu-devices", "3"], "argument --cpu-devices: jaxpo splits num_envs (128) over 3 devices"),
+    (["--setting", "smax", "--num-envs", "8", "--cpu-devices", "4"], "4 minibatches dividing each device's 2 training"),
 ])
 def test_bad_arguments_are_refused_by_name(capsys, argv, named):
     assert named in refusal(capsys, ["pair", *argv])
@@ -78,9 +81,9 @@ def test_the_peer_config_is_its_yaml_with_envs_and_total_steps_only(monkeypatch,
     assert peer.unequal_work(peer.jaxpo_config("mpe", 1024, 3), config) == []
 
 
-def args_for(options: str, flags: str = "") -> argparse.Namespace:
+def args_for(options: str, flags: str = "", cpu_devices: int | None = None) -> argparse.Namespace:
     return argparse.Namespace(setting="mpe", options=options, xla_flags=flags, num_envs=16, seeds=2, warmup=1,
-                              updates=3, calls=2, timeout=60.0)
+                              updates=3, calls=2, timeout=60.0, cpu_devices=cpu_devices)
 
 
 def test_each_side_gets_the_same_options(monkeypatch):
@@ -97,6 +100,21 @@ def test_each_side_gets_the_same_options(monkeypatch):
         f"{mine} --xla_cpu_experimental_ynn_fusion_type="
     assert peer.side_env("jaxpo", args_for("jaxpo", mine), "cpu")["XLA_FLAGS"] == mine
     assert peer.options_in_effect("jaxpo", "cpu", mine) == {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def test_cpu_devices_reach_both_sides_and_split_jaxpo_s_environments(monkeypatch):
+    """``--cpu-devices D``: both processes see D CPU devices, jaxpo's runs with ``parallel: envs``;
+    without it an inherited device count reaches neither side (a CPU is one device)."""
+    monkeypatch.setenv("JAX_NUM_CPU_DEVICES", "8")
+    parse = throughput.build_parser().parse_args
+    for side in ("peer", "jaxpo"):
+        assert "JAX_NUM_CPU_DEVICES" not in peer.side_env(side, args_for("jaxpo"), "cpu")
+        assert peer.side_env(side, args_for("jaxpo", cpu_devices=2), "cpu")["JAX_NUM_CPU_DEVICES"] == "2"
+    assert parse(peer.side_argv("jaxpo", args_for("jaxpo", cpu_devices=2))[2:]).parallel == "envs"
+    assert parse(peer.side_argv("jaxpo", args_for("jaxpo"))[2:]).parallel is None  # the config's own layout
+    assert "--parallel" not in peer.side_argv("peer", args_for("jaxpo", cpu_devices=2))  # its script, unmodified
+    with pytest.raises(SystemExit, match="--phases times each phase on one device"):
+        throughput.main(["--phases", "--parallel", "envs", "--num-envs", "8"])
 
 
 def test_jaxpo_with_default_options_compiles_with_none_of_its_own(monkeypatch):
