@@ -398,10 +398,12 @@ def _measure_env(args, raw: bool = False) -> dict:
             obs, state, reward, dones, _ = inner.step(key, state, {a: actions[i] for i, a in enumerate(agents)})
             return state, obs, reward
 
+        available = env.env._available_actions  # the family's get_avail_actions, None where all are
+
         def mask_of(state):
-            if not env.env._has_avail:  # e.g. MPE: every action always available
+            if available is None:  # e.g. MPE: every action always available
                 return jnp.ones((num_envs, len(agents), env.num_actions), bool)
-            avail = jax.vmap(inner.get_avail_actions)(state)
+            avail = jax.vmap(available)(state)
             return jnp.stack([avail[a] for a in agents], axis=1).astype(bool)
 
         def one_step(carry, key):  # the observations carried, as the env kind's: XLA cannot drop them

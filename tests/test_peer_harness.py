@@ -4,7 +4,7 @@ arguments refused by name before anything compiles, the compiler options each si
 jaxpo``), the alternating order and the ratio arithmetic.
 
 Modules under test: ``benchmarks/peer.py`` and ``benchmarks/throughput.py``'s
-``--xla-defaults``."""
+``--xla-defaults``, ``--parallel`` and its environment-only kinds."""
 
 import argparse
 import json
@@ -148,3 +148,14 @@ def test_sides_alternate_and_ratios_are_jaxpo_over_peer():
     assert summary["ratios"] == [1.3, 0.9, 1.1] and summary["pairs"] == 4
     assert (summary["ratio_min"], summary["ratio_median"], summary["ratio_max"]) == (0.9, 1.1, 1.3)
     assert peer.summarise([{"ratio": 1.0}, {"ratio": 1.5}])["ratio_median"] == 1.25
+
+
+def test_the_environment_only_kinds_run_on_jaxmarl_environments(capsys):
+    """``throughput.py --kinds raw env`` on SMAX: JaxMARL's own step with its action masks
+    (the family's ``get_avail_actions``) and jaxpo's adapter, each a line with a rate."""
+    env = "HeuristicEnemySMAX"
+    assert throughput.main(["--single", "--env", env, "--num-envs", "2", "--num-steps", "2", "--kinds", "raw", "env",
+                            "--min-seconds", "0", "--warmup", "0"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["kind"] for line in lines] == ["raw", "env"]
+    assert all(line["env"] == env and line["calls_timed"] >= 3 and line["env_steps_per_s"] > 0 for line in lines)
