@@ -52,6 +52,7 @@ with the ratios' min, median and max.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -204,11 +205,13 @@ def check_args(args) -> None:
     except ValueError as err:
         parser.error(f"argument --num-envs: {err}")
     args.num_envs = config.num_envs
-    devices = args.cpu_devices or 1
-    if devices > 1 and (config.num_envs % devices or (config.num_sequences // devices) % config.num_minibatches):
-        parser.error(f"argument --cpu-devices: jaxpo splits num_envs ({config.num_envs}) over {devices} devices, "
-                     f"which needs num_envs a multiple of {devices} and {config.num_minibatches} minibatches "
-                     f"dividing each device's {config.num_sequences // devices} training samples")
+    if (args.cpu_devices or 1) > 1:  # jaxpo's own check of its environments' split (Trainer's)
+        from jaxpo.program.compiled import _check_env_split
+
+        try:
+            _check_env_split(dataclasses.replace(config, parallel="envs"), args.cpu_devices)
+        except ValueError as err:
+            parser.error(f"argument --cpu-devices: {err}")
     if not (PEER_DIR / script).is_file() or not (PEER_DIR / "COMMIT.json").is_file():
         parser.error(f"argument --setting: the peer's {script} is not in {PEER_DIR}: {HOW_TO_GET}")
     unequal = unequal_work(config, peer_config(args.setting, args.num_envs, args.updates))

@@ -48,7 +48,7 @@ def products(config, params: dict, num_agents: int) -> list[dict]:
         raise SystemExit("product_floor.py is written for recurrent configs with a shared trunk (a GRU)")
     d_in, width = kernels["Dense_0"]
     hidden = kernels["hr"][0]
-    rows = config.num_envs * config.num_steps * num_agents // config.num_minibatches  # M, a minibatch's rows
+    rows = config.steps_per_update * num_agents // config.num_minibatches  # M, a minibatch's rows
     seqs = rows // config.sequence_length  # b
     steps, minibatches = config.sequence_length, config.num_epochs * config.num_minibatches
     (k1, w1), (_, v1) = kernels["Dense_1"], kernels["value_Dense_1"]  # the heads' hidden layers, one product

@@ -39,8 +39,10 @@ def refusal(capsys, argv) -> str:
     (["--setting", "mpe", "--xla-flags=-O3"], "argument --xla-flags: each flag must look like --xla_NAME=VALUE, got '-O3'"),
     (["--setting", "smax", "--num-envs", "6"], "argument --num-envs: Config.num_minibatches (4) must divide"),
     (["--setting", "smax", "--cpu-devices", "0"], "argument --cpu-devices: must be a positive integer"),
-    (["--setting", "smax", "--cpu-devices", "3"], "argument --cpu-devices: jaxpo splits num_envs (128) over 3 devices"),
-    (["--setting", "smax", "--num-envs", "8", "--cpu-devices", "4"], "4 minibatches dividing each device's 2 training"),
+    (["--setting", "smax", "--cpu-devices", "3"],
+     "argument --cpu-devices: Config.parallel='envs' splits num_envs (128) over 3 devices: num_envs must be a multiple of 3"),
+    (["--setting", "smax", "--num-envs", "8", "--cpu-devices", "4"],
+     "argument --cpu-devices: Config.parallel='envs': num_minibatches (4) must divide each device's 2 training samples"),
 ])
 def test_bad_arguments_are_refused_by_name(capsys, argv, named):
     assert named in refusal(capsys, ["pair", *argv])
