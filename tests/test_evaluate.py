@@ -3,6 +3,7 @@
 
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -42,11 +43,34 @@ def test_eval_on_the_training_environment_with_a_parameter_changed(trained_run, 
         stats = jaxpo.evaluate(policy, jaxpo.envs.make("public_goods", max_steps=100), episodes=16)
         np.testing.assert_allclose(stats["mean_return"], row["mean_return"], rtol=1e-6)
         assert stats["mean_length"] == 100
-    np.testing.assert_array_equal(read_csv(os.path.join(run_dir, "checkpoint_eval.csv"))["env.max_steps"], [100, 100])
+    table = read_csv(os.path.join(run_dir, "checkpoint_eval.csv"))  # earlier tests' rows are kept beside these
+    assert [float(m) for m, n in zip(table["env.max_steps"], table["episodes"]) if n == 16] == [100, 100]
     assert cli.main(["eval", run_dir, "--env-arg", "num_agents=9"]) == 2
     assert "env has num_agents=9 but the policy was trained with num_agents=8" in capsys.readouterr().err
     assert cli.main(["eval", run_dir, "--env-arg", "no_such=1"]) == 2
     assert "unknown parameter no_such for env 'public_goods'" in capsys.readouterr().err
+
+
+def test_eval_keeps_earlier_evaluations_and_replaces_a_repeated_one(trained_run, tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(trained_run[1], run_dir)
+    table_path = os.path.join(run_dir, "checkpoint_eval.csv")
+    if os.path.exists(table_path):
+        os.remove(table_path)
+
+    def evaluate(*flags):
+        assert cli.main(["eval", run_dir, "--episodes", "8", *flags]) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+
+    first = evaluate()
+    changed = evaluate("--env-arg", "max_steps=20")
+    evaluate()  # the first evaluation again: its rows are replaced, not added
+    other_seed = evaluate("--run", "1", "--seed", "3")
+    table = read_csv(table_path)
+    assert list(table["run_id"]) == [0, 1, 0, 1, 1] and list(table["eval_seed"]) == [0, 0, 0, 0, 3]
+    assert table["env.max_steps"] == ["20", "20", "", "", ""]
+    np.testing.assert_allclose(table["mean_return"], [row["mean_return"] for row in [*changed, *first, *other_seed]])
+    assert all(row["mean_length"] == 20 for row in changed) and table["mean_length"].tolist() == [20, 20, 50, 50, 50]
 
 
 def test_the_trained_policy_beats_the_untrained_one(trained_run):

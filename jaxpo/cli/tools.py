@@ -18,7 +18,9 @@ from jaxpo.core.checks import positive_int
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and checkpoint_eval.csv.
+    """``jaxpo eval``: every checkpointed run (or ``--run K``), one JSON line each, and its
+    rows in checkpoint_eval.csv, which keeps earlier evaluations (``report.merge_csv``: an
+    evaluation repeated with the same run, update and settings replaces its old row).
 
     Args:
         args: ``run_dir``, ``run`` (None: every run), ``episodes``, ``seed``, ``greedy``,
@@ -29,8 +31,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         parameter the environment refuses or that changes its shapes).
     """
     from jaxpo.run import checkpoint
-    from jaxpo.run.evaluate import environment_with, latest_groups, load_runs, run_episodes, summarize
-    from jaxpo.run.report import write_csv
+    from jaxpo.run.evaluate import STATISTICS, environment_with, latest_groups, load_runs, run_episodes, summarize
+    from jaxpo.run.report import merge_csv
 
     try:
         positive_int(args.episodes, "episodes")
@@ -53,14 +55,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 run = runs[i]
                 rows.append({"run_id": run["run_id"], "label": run["label"], "setting": run["setting"],
                              "seed": run["seed"], "update": int(meta["chunk"]) * config.updates_per_chunk,
-                             "greedy": args.greedy, **{f"env.{k}": v for k, v in overrides.items()}, **stats})
+                             "greedy": args.greedy, "eval_seed": args.seed, **{f"env.{k}": v for k, v in overrides.items()}, **stats})
         if not rows:
             raise ValueError(f"--run {args.run} is out of range: the checkpointed runs of {args.run_dir!r} have "
                              f"run ids {min(known)}..{max(known)}")
     except ValueError as err:
         return report("eval", err)
-    header = list(dict.fromkeys(k for row in rows for k in row))
-    write_csv(os.path.join(args.run_dir, "checkpoint_eval.csv"), header, [[row.get(h, "") for h in header] for row in rows])
+    merge_csv(os.path.join(args.run_dir, "checkpoint_eval.csv"), rows, measured=STATISTICS)
     for row in rows:
         print(json.dumps(row))
     return 0

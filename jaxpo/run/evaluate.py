@@ -357,6 +357,10 @@ def run_episodes(config: Config, params: Any, run_ids: Any, episodes: int, seed:
     return np.asarray(returns), None if won is None else np.asarray(won), np.asarray(lengths), rate
 
 
+# What ``summarize`` measures; its other column, "episodes", names the evaluation.
+STATISTICS = ("mean_return", "std_return", "iqm_return", "mean_length", "win_rate", "episodes_per_second")
+
+
 def summarize(returns: np.ndarray, won: np.ndarray | None, lengths: np.ndarray, rate: float) -> list[dict[str, float]]:
     """Per run: episodes, mean, std and IQM (interquartile mean) return, mean episode
     length, win rate."""

@@ -104,6 +104,25 @@ def write_csv(path: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -
     write_atomic(path, write)
 
 
+def merge_csv(path: str, rows: Sequence[dict[str, Any]], measured: Sequence[str]) -> None:
+    """Writes ``rows`` (dicts by column) into the CSV at ``path`` atomically, keeping the
+    rows it already holds: an old row is dropped only where a new one names the same
+    thing, i.e. equals it in every column but the ``measured`` ones (a repeated
+    evaluation replaces its earlier result). The header is the union of both, in order
+    of appearance; a row lacking a column holds an empty cell there."""
+    old = []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            old = list(csv.DictReader(f))
+    header = list(dict.fromkeys(k for row in [*old, *rows] for k in row))
+    cells = lambda row: [str(_cell(row.get(h, ""))) for h in header]
+    names = [i for i, h in enumerate(header) if h not in measured]
+    key = lambda row: tuple(cells(row)[i] for i in names)
+    new_keys = {key(row) for row in rows}
+    kept = [cells(row) for row in old if key(row) not in new_keys]
+    write_csv(path, header, [*kept, *map(cells, rows)])
+
+
 class AppendCSV:
     """A CSV that grows by whole chunks: ``AppendCSV(path, header)`` creates it (replacing
     any old file; ``keep``: continue the existing one) and ``append(rows)`` adds rows
