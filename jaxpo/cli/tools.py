@@ -55,7 +55,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 run = runs[i]
                 rows.append({"run_id": run["run_id"], "label": run["label"], "setting": run["setting"],
                              "seed": run["seed"], "update": int(meta["chunk"]) * config.updates_per_chunk,
-                             "greedy": args.greedy, "eval_seed": args.seed, **{f"env.{k}": v for k, v in overrides.items()}, **stats})
+                             "greedy": args.greedy, "eval_seed": args.seed,
+                             **{f"env.{k}": v for k, v in overrides.items()}, **stats})
         if not rows:
             raise ValueError(f"--run {args.run} is out of range: the checkpointed runs of {args.run_dir!r} have "
                              f"run ids {min(known)}..{max(known)}")
