@@ -115,12 +115,11 @@ def merge_csv(path: str, rows: Sequence[dict[str, Any]], measured: Sequence[str]
         with open(path, newline="") as f:
             old = list(csv.DictReader(f))
     header = list(dict.fromkeys(k for row in [*old, *rows] for k in row))
-    cells = lambda row: [str(_cell(row.get(h, ""))) for h in header]
+    old, new = ([[str(_cell(row.get(h, ""))) for h in header] for row in table] for table in (old, rows))
     names = [i for i, h in enumerate(header) if h not in measured]
-    key = lambda row: tuple(cells(row)[i] for i in names)
-    new_keys = {key(row) for row in rows}
-    kept = [cells(row) for row in old if key(row) not in new_keys]
-    write_csv(path, header, [*kept, *map(cells, rows)])
+    key = lambda line: tuple(line[i] for i in names)
+    new_keys = set(map(key, new))
+    write_csv(path, header, [*(line for line in old if key(line) not in new_keys), *new])
 
 
 class AppendCSV:
