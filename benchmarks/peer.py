@@ -45,8 +45,14 @@ leaner program: it is jaxpo's data parallelism, which the peer's script does not
 Lines: one per process (``side``, the settings, ``compile_s``, ``timed_s``, ``call_s``,
 ``env_steps_per_s`` = calls × updates × E × T × R / ``timed_s``, ``peak_rss_mib``, backend,
 device, versions, commits, ``xla_options``, ``load_avg`` before and after, ``config``: the
-side's key settings), one per pair (``ratio`` = jaxpo / peer env-steps/s) and a last one
-with the ratios' min, median and max.
+side's key settings; jaxpo's ``start_s`` instead of ``compile_s``), one per pair (``ratio`` =
+jaxpo / peer env-steps/s; ``startup_ratio`` = jaxpo / peer startup seconds) and a last one
+with the ratios' min, median and max and the startup ratios.
+
+Startup is what a side takes before its first update can run: the peer's ``compile_s`` (its
+one program, initialisation inside, jitted, lowered and compiled), jaxpo's ``start_s``
+(``Trainer.start``: its init and chunk programs built at once, as its driver builds them,
+and init run). Counting jaxpo's chunk alone would leave out its init program's build.
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ PEER_KEYS = ("MAP_NAME", "ENV_KWARGS", "TOTAL_TIMESTEPS", "NUM_UPDATES", "NUM_AC
              "FC_DIM_SIZE", "GRU_HIDDEN_DIM", "ACTIVATION", "LR", "ANNEAL_LR", "SEED")
 JAXPO_KEYS = ("env", "env_kwargs", "num_envs", "num_steps", "num_epochs", "num_minibatches", "updates_per_chunk",
               "hidden", "recurrent", "shared_trunk", "critic_input")
-JAXPO_FIELDS = ("compile_s", "init_compile_s", "timed_s", "env_steps_per_s", "baseline_rss_mib", "peak_rss_mib",
+JAXPO_FIELDS = ("start_s", "compile_s", "init_compile_s", "timed_s", "env_steps_per_s", "baseline_rss_mib", "peak_rss_mib",
                 "device_peak_mib", "backend", "device_kind", "num_devices", "jax_version", "xla_defaults", "parallel")
 HOW_TO_GET = ("get a JaxMARL git directory with the session's fetch tool (source github:FLAIROx/JaxMARL), "
               "or `git clone https://github.com/FLAIROx/JaxMARL`, then run "
@@ -341,11 +347,16 @@ def schedule(pairs: int) -> list[tuple[int, str]]:
 
 
 def pair_line(i: int, records: dict) -> dict:
-    """Pair ``i``'s line from its two records: each side's env-steps/s and jaxpo / peer."""
+    """Pair ``i``'s line from its two records: each side's env-steps/s and jaxpo / peer, and
+    each side's startup (the seconds before its first update can run) and jaxpo / peer."""
     rate = {s: records.get(s, {}).get("env_steps_per_s") for s in ("peer", "jaxpo")}
     ratio = round(rate["jaxpo"] / rate["peer"], 3) if rate["peer"] and rate["jaxpo"] else None
+    # the peer's one program holds its initialisation; jaxpo's start builds both of its programs
+    startup = {"peer": records.get("peer", {}).get("compile_s"), "jaxpo": records.get("jaxpo", {}).get("start_s")}
+    startup_ratio = round(startup["jaxpo"] / startup["peer"], 3) if startup["peer"] and startup["jaxpo"] else None
     return dict(pair=i + 1, order=[s for j, s in schedule(i + 1) if j == i], peer_env_steps_per_s=rate["peer"],
-                jaxpo_env_steps_per_s=rate["jaxpo"], ratio=ratio)
+                jaxpo_env_steps_per_s=rate["jaxpo"], ratio=ratio, peer_startup_s=startup["peer"],
+                jaxpo_startup_s=startup["jaxpo"], startup_ratio=startup_ratio)
 
 
 def summarise(lines: list[dict]) -> dict:
@@ -354,6 +365,9 @@ def summarise(lines: list[dict]) -> dict:
     out = dict(summary=True, pairs=len(lines), ratios=ratios)
     if ratios:
         out.update(ratio_min=min(ratios), ratio_median=round(statistics.median(ratios), 3), ratio_max=max(ratios))
+    startup = [line["startup_ratio"] for line in lines if line.get("startup_ratio") is not None]
+    if startup:
+        out.update(startup_ratios=startup, startup_ratio_max=max(startup))
     return out
 
 
@@ -389,7 +403,7 @@ def run_side(which: str, args, backend: str, commit: str | None) -> dict:
     except subprocess.TimeoutExpired:
         error = f"timed out after {limit:g} s"
     if which == "jaxpo" and out and not error:  # throughput.py's train line, in this harness's fields
-        out = dict(num_steps=out["num_steps"], calls=out["chunks_timed"], **{k: out[k] for k in JAXPO_FIELDS},
+        out = dict(num_steps=out["num_steps"], calls=out["chunks_timed"], **{k: out.get(k) for k in JAXPO_FIELDS},
                    jaxpo_commit=commit, config={k: out.get(k) for k in JAXPO_KEYS})
     record = dict(side=which, setting=args.setting, options=args.options, cpu_devices=args.cpu_devices,
                   xla_flags=env.get("XLA_FLAGS", ""),

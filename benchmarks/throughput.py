@@ -38,7 +38,10 @@ Fields of every line:
                     jaxpo's own compiler options).
     xla_defaults    ``--xla-defaults``: true when the programs compiled with XLA's default
                     options instead of jaxpo's (the command line's still over them).
-    compile_s       seconds to lower + compile the timed function (``.lower().compile()``).
+    compile_s       seconds to lower + compile the timed function (``.lower().compile()``);
+                    for "train", only when the command line's options differ from the
+                    trainer's (``--backend-opt-level``, ``--xla-option``), else null and
+                    ``start_s`` instead.
     timed_s         wall seconds of the timed calls (after ``--warmup`` untimed calls),
                     ended by ``jax.block_until_ready``: at least ``--chunks`` train calls /
                     3 env calls, and more until ``--min-seconds`` have passed.
@@ -54,9 +57,13 @@ Fields of every line:
     process_wall_s  wall seconds of the whole subprocess for this num_envs (imports, both kinds).
 Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     updates_per_s, num_epochs, num_minibatches, hidden, recurrent, seq_len (L, 1 when
-    feed-forward), scheme, preset, init_compile_s, parallel (``Config.parallel``:
+    feed-forward), scheme, preset, parallel (``Config.parallel``:
     "envs" splits each run's environments over the ``num_devices``; ``--parallel``
     sets it, and ``JAX_NUM_CPU_DEVICES=D`` makes a CPU D devices).
+    start_s: seconds from a new config to its first chunk, as the driver starts a group:
+    ``Trainer.start`` (init and chunk built at once, init run), with the trainer's own
+    options; with the command line's, null, and init_compile_s (the init program built
+    and run) then compile_s (the chunk built with them) instead.
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
 
 With ``--phases`` (on in ``--matched``) train lines also hold, per phase of an update —
@@ -269,13 +276,19 @@ def _measure_train(args) -> dict:
     keys = jax.vmap(jax.random.PRNGKey)(jax.numpy.asarray(seeds, jax.numpy.uint32))
     baseline = rss_mib()
 
-    t0 = time.perf_counter()
-    state = jax.block_until_ready(tr.init_runs(keys, hyper))
-    init_compile_s = time.perf_counter() - t0
+    from jaxpo.program.parallel import put
 
+    keys, hyper = put((keys, hyper), tr.run_sharding)  # as the driver places them
+    start_s = init_compile_s = compile_s = None
     t0 = time.perf_counter()
-    chunk = tr.chunk_runs.lower(state, hyper).compile(xla_options(args))
-    compile_s = time.perf_counter() - t0
+    if xla_options(args) == (tr.compiler_options or {}):  # the programs the driver builds, as it builds them
+        state = jax.block_until_ready(tr.start(keys, hyper))
+        start_s, chunk = time.perf_counter() - t0, tr.chunk_runs
+    else:  # the command line's options: the chunk built again with them
+        state = jax.block_until_ready(tr.init_runs(keys, hyper))
+        init_compile_s, t0 = time.perf_counter() - t0, time.perf_counter()
+        chunk = tr.chunk_runs.lower(state, hyper).compile(xla_options(args))
+        compile_s = time.perf_counter() - t0
 
     for _ in range(args.warmup):
         state, metrics = chunk(state, hyper)
@@ -311,8 +324,9 @@ def _measure_train(args) -> dict:
         preset=args.preset,
         critic_input=config.critic_input,
         parallel=config.parallel,
-        init_compile_s=round(init_compile_s, 3),
-        compile_s=round(compile_s, 3),
+        start_s=_round(start_s, 3),
+        init_compile_s=_round(init_compile_s, 3),
+        compile_s=_round(compile_s, 3),
         timed_s=round(timed_s, 4),
         updates_per_s=round(updates / timed_s, 3),
         env_steps_per_s=round(env_steps / timed_s, 1),

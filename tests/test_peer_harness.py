@@ -150,6 +150,30 @@ def test_sides_alternate_and_ratios_are_jaxpo_over_peer():
     assert summary["ratios"] == [1.3, 0.9, 1.1] and summary["pairs"] == 4
     assert (summary["ratio_min"], summary["ratio_median"], summary["ratio_max"]) == (0.9, 1.1, 1.3)
     assert peer.summarise([{"ratio": 1.0}, {"ratio": 1.5}])["ratio_median"] == 1.25
+    # startup: the peer's one program (its init inside) against jaxpo's start (both of its programs)
+    line = peer.pair_line(0, {"peer": {"env_steps_per_s": 1.0, "compile_s": 10.0},
+                              "jaxpo": {"env_steps_per_s": 1.0, "start_s": 9.0, "compile_s": None}})
+    assert (line["peer_startup_s"], line["jaxpo_startup_s"], line["startup_ratio"]) == (10.0, 9.0, 0.9)
+    assert failed["startup_ratio"] is None
+    summary = peer.summarise([line, failed, {"ratio": 1.0, "startup_ratio": 1.2}])
+    assert summary["startup_ratios"] == [0.9, 1.2] and summary["startup_ratio_max"] == 1.2
+
+
+def test_the_train_kind_times_jaxpo_s_start_or_the_command_line_s_own_build(capsys):
+    """``throughput.py --kinds train``: with the trainer's own options, ``start_s`` is
+    ``Trainer.start`` (init and chunk built as the driver builds them); with options of the
+    command line's, the chunk is built again with them (``init_compile_s``, ``compile_s``)."""
+    tiny = ["--single", "--env", "public_goods", "--env-arg", "num_agents=2", "--num-envs", "2", "--num-steps", "4",
+            "--hidden", "4", "--num-epochs", "1", "--num-minibatches", "1", "--kinds", "train", "--chunks", "1",
+            "--min-seconds", "0", "--warmup", "0"]
+    for extra in ([], ["--backend-opt-level", "0"]):
+        assert throughput.main(tiny + extra) == 0
+        (line,) = [json.loads(out) for out in capsys.readouterr().out.splitlines()]
+        assert line["kind"] == "train" and line["env_steps_per_s"] > 0 and line["updates_timed"] >= 1
+        if extra:
+            assert line["start_s"] is None and line["init_compile_s"] > 0 and line["compile_s"] > 0
+        else:
+            assert line["start_s"] > 0 and line["init_compile_s"] is None and line["compile_s"] is None
 
 
 def test_the_environment_only_kinds_run_on_jaxmarl_environments(capsys):

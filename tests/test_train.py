@@ -4,7 +4,9 @@ determinism, results on disk, config validation.
 Modules under test: ``jaxpo.program.learner``, ``jaxpo.program.compiled``, ``jaxpo.run.driver`` and ``jaxpo.experiments.train``."""
 
 import dataclasses
+import threading
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -112,6 +114,31 @@ def test_chunk_has_no_host_callbacks(batch):
     state = tr.init(jax.random.PRNGKey(0), jax.tree.map(lambda x: x[0], hyper))
     jaxpr = str(jax.make_jaxpr(tr.chunk)(state, jax.tree.map(lambda x: x[0], hyper)))
     assert "callback" not in jaxpr
+
+
+def test_start_builds_the_chunk_beside_init_and_the_first_chunk_compiles_nothing(batch):
+    """``Trainer.start``: init's XLA compile on its own thread while the chunk is traced,
+    lowered and compiled on the caller's; the state is init's, and the first chunk call
+    then compiles nothing (its build landed in ``chunk_runs``'s own cache)."""
+    hyper, seeds, _ = batch
+    tr = jaxpo.program.compiled.Trainer(dataclasses.replace(TINY, hidden=(12,)))  # its own, uncompiled
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, jnp.uint32))
+    again = jaxpo.program.compiled.Trainer(tr.config)  # the same programs, built one after the other
+    expected = again.chunk_runs(again.init_runs(keys, hyper), hyper)
+    compiled_on = []
+    listener = lambda event, seconds, **_: (compiled_on.append(threading.current_thread().name)
+                                            if event == "/jax/core/compile/backend_compile_duration" else None)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        state = tr.start(keys, hyper)
+        built = list(compiled_on)
+        chex.assert_trees_all_equal(state, again.init_runs(keys, hyper))
+        after_one_chunk = tr.chunk_runs(state, hyper)  # donates state
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert sorted(name.startswith("jaxpo-init-compile") for name in built) == [False, True]
+    assert compiled_on == built and tr.compiles == {"init": 1, "chunk": 1}
+    chex.assert_trees_all_equal(after_one_chunk, expected)
 
 
 def test_equal_configs_share_the_compiled_trainer():

@@ -1,10 +1,11 @@
 """The compiled program: a ``Learner``'s functions vmapped over a leading run axis R,
 laid out on a device mesh (``jaxpo.program.parallel``) and jitted.
 
-``Trainer.init_runs`` / ``chunk_runs`` are what the driver (``jaxpo.run.driver``) calls,
-chunk after chunk. The program also knows what only it can: how many programs were
-compiled, how much memory a run takes, the metric names, and the abstract batched
-state a checkpoint restores onto. Two layouts (``Config.parallel``):
+``Trainer.start`` (``init_runs``, with the chunk built beside it) and ``chunk_runs`` are
+what the driver (``jaxpo.run.driver``) calls, chunk after chunk. The program also knows
+what only it can: how many programs were compiled, how much memory a run takes, the
+metric names, and the abstract batched state a checkpoint restores onto. Two layouts
+(``Config.parallel``):
 
 * ``"runs"``: every ``[R, ...]`` leaf of state, hyperparameters and metrics split over
   the D devices along R (R a multiple of D; see ``run_multiple``); no collective in
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 import jax
@@ -293,13 +295,41 @@ class Trainer:
                 program's shardings.
         """
         keys = jax.ShapeDtypeStruct((size, 2), jnp.uint32, sharding=self.run_sharding)
-        shapes = jax.eval_shape(self.init_runs, keys, self._abstract_hyper(size))
+        return self._placed(jax.eval_shape(self.init_runs, keys, self._abstract_hyper(size)))
+
+    def _placed(self, shapes: Any) -> Any:
+        """The batched state's shapes (leaves with ``shape`` and ``dtype``) as
+        ``jax.ShapeDtypeStruct`` leaves carrying ``state_sharding``."""
         # state_sharding is one sharding, or a tree of them that is a prefix of the state's
         place = lambda sharding, part: jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), part)
         if isinstance(self.state_sharding, jax.sharding.Sharding):
             return place(self.state_sharding, shapes)
         return jax.tree.map(place, self.state_sharding, shapes)
+
+    def start(self, keys: jax.Array, hyper: Hyper) -> TrainState:
+        """``init_runs(keys, hyper)``, with the chunk program built beside it: what a new
+        group of runs calls before its first chunk.
+
+        One after the other, the two builds add up; here the init program's XLA compile
+        runs on a worker thread (XLA releases the GIL) while this thread traces and lowers
+        the chunk, which is Python and keeps one core. The chunk is built for the layout
+        init's lowering gives (``abstract_state``'s), into ``chunk_runs``'s own cache, so
+        the first ``chunk_runs(state, hyper)`` compiles nothing.
+
+        Args:
+            keys: uint32 ``[R, 2]``, one PRNG key per run, on ``run_sharding``.
+            hyper: the runs' ``Hyper`` (leaves ``[R, ...]``) on ``run_sharding``.
+
+        Returns:
+            The runs' initial ``TrainState`` ``[R, ...]``, as ``init_runs`` returns it.
+        """
+        init = self.init_runs.lower(keys, hyper)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxpo-init-compile") as pool:
+            built = pool.submit(init.compile)
+            self.chunk_runs.lower(self._placed(init.out_info), hyper).compile()
+            built.result()
+        return self.init_runs(keys, hyper)
 
     def bytes_per_run(self) -> int:
         """An estimate of one run's peak memory in the chunk program, by tracing only.

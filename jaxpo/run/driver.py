@@ -1,10 +1,11 @@
 """The driver: the host loop over compiled chunks.
 
 ``run_group`` trains one group of runs that share a static ``Config`` in one compiled
-program: ``init_runs`` once, then ``chunk_runs`` chunk after chunk. Between chunks the
-metrics come to the host once (``[R, K]`` arrays, no per-update callback), the NaN
-guard checks them (a step of the loop: ``jaxpo.run.guard``) and every hook
-(``jaxpo.run.events.Hook``: loggers, checkpoints, evaluation, progress) sees them.
+program: ``start`` (``init_runs``, the chunk compiled beside it) once, then ``chunk_runs``
+chunk after chunk. Between chunks the metrics come to the host once (``[R, K]`` arrays,
+no per-update callback), the NaN guard checks them (a step of the loop:
+``jaxpo.run.guard``) and every hook (``jaxpo.run.events.Hook``: loggers, checkpoints,
+evaluation, progress) sees them.
 Plans of many groups (``jaxpo.experiments.execution.execute``, behind ``jaxpo.train``,
 ``jaxpo.sweep`` and the CLI) call it once per group.
 """
@@ -88,7 +89,7 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     start = time.perf_counter()
     window: collections.deque = collections.deque(maxlen=population.ready if population is not None else 0)
     if group.resumed is None:
-        state, done = tr.init_runs(keys, hyper), 0
+        state, done = tr.start(keys, hyper), 0  # init, and the chunk built beside it
     else:
         state, done = group.resumed.state, group.resumed.chunk
         if population is not None:  # its window as saved (a step written before: the tail of the metrics)
