@@ -189,10 +189,7 @@ def peer_config(setting: str, num_envs: int, updates: int) -> dict:
 def jaxpo_config(setting: str, num_envs: int | None, updates: int):
     """jaxpo's config of ``setting`` at E = ``num_envs`` (None: the file's own) and K =
     ``updates``, as ``throughput.py --config`` reads it (``Config``'s checks included)."""
-    from jaxpo.experiments.experiment import load_yaml
-
-    path = str(ROOT / SETTINGS[setting][2])
-    return throughput()._file_config(path, num_envs or load_yaml(path).config.num_envs, updates)
+    return throughput().file_config(str(ROOT / SETTINGS[setting][2]), num_envs, updates)
 
 
 def unequal_work(config, peer: dict) -> list[str]:

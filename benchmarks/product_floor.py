@@ -101,16 +101,15 @@ def main(argv=None) -> int:
     p.add_argument("--num-envs", type=int, default=None, help="E (default: the file's)")
     p.add_argument("--rounds", type=int, default=5, help="rounds per product; the best counts")
     args = p.parse_args(argv)
-    import dataclasses
-
     import jax
 
     import jaxpo
-    from jaxpo.experiments.experiment import load_yaml
     from jaxpo.program import compiled
 
-    config = load_yaml(args.config).config
-    config = dataclasses.replace(config, num_envs=args.num_envs or config.num_envs)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from throughput import file_config
+
+    config = file_config(args.config, args.num_envs)
     tr = jaxpo.trainer(config)
     options = compiled.compiler_options("cpu") if jax.default_backend() == "cpu" else {}
     total: dict[str, float] = {}

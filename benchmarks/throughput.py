@@ -63,7 +63,8 @@ Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     start_s: seconds from a new config to its first chunk, as the driver starts a group:
     ``Trainer.start`` (init and chunk built at once, init run), with the trainer's own
     options; with the command line's, null, and init_compile_s (the init program built
-    and run) then compile_s (the chunk built with them) instead.
+    and run) then compile_s (the chunk built with them) instead. With ``--sequential-start``,
+    start_s times init built and run, then the chunk built (what ``Trainer.start`` overlaps).
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
 
 With ``--phases`` (on in ``--matched``) train lines also hold, per phase of an update —
@@ -159,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--xla-defaults", action="store_true",
                    help="compile with XLA's default options, not jaxpo's (Trainer(..., xla_defaults=True)); "
                         "--backend-opt-level and --xla-option still apply over them")
+    p.add_argument("--sequential-start", action="store_true",
+                   help="train: build the init program, run it, then build the chunk (start_s then times "
+                        "that), to measure what Trainer.start's overlap saves")
     p.add_argument("--xla-option", action="append", type=parse_xla_option, default=[], metavar="NAME=VALUE",
                    help="an XLA option over jaxpo's (repeatable; e.g. xla_cpu_experimental_ynn_fusion_type="
                         "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE, XLA's CPU default)")
@@ -267,7 +271,7 @@ def _measure_train(args) -> dict:
         seq_len=args.seq_len,
         scheme=args.scheme,
         share_params=args.scheme == "simultaneous",
-    ) if args.config is None else _file_config(args.config, num_envs, args.updates_per_chunk)
+    ) if args.config is None else file_config(args.config, num_envs, args.updates_per_chunk)
     if args.parallel is not None:
         config = dataclasses.replace(config, parallel=args.parallel)
     tr = make_trainer(config, args.xla_defaults)
@@ -282,7 +286,11 @@ def _measure_train(args) -> dict:
     start_s = init_compile_s = compile_s = None
     t0 = time.perf_counter()
     if xla_options(args) == (tr.compiler_options or {}):  # the programs the driver builds, as it builds them
-        state = jax.block_until_ready(tr.start(keys, hyper))
+        if args.sequential_start:  # one after the other
+            state = jax.block_until_ready(tr.init_runs(keys, hyper))
+            tr.chunk_runs.lower(state, hyper).compile()
+        else:
+            state = jax.block_until_ready(tr.start(keys, hyper))
         start_s, chunk = time.perf_counter() - t0, tr.chunk_runs
     else:  # the command line's options: the chunk built again with them
         state = jax.block_until_ready(tr.init_runs(keys, hyper))
@@ -325,6 +333,7 @@ def _measure_train(args) -> dict:
         critic_input=config.critic_input,
         parallel=config.parallel,
         start_s=_round(start_s, 3),
+        sequential_start=args.sequential_start,
         init_compile_s=_round(init_compile_s, 3),
         compile_s=_round(compile_s, 3),
         timed_s=round(timed_s, 4),
@@ -353,11 +362,13 @@ def _time_ms(fn, *args, options: dict | None = None, min_seconds: float = 0.5) -
     return (time.perf_counter() - t0) / calls * 1e3, out
 
 
-def _file_config(path: str, num_envs: int, updates_per_chunk: int):
-    """An experiment file's ``Config`` at ``num_envs`` environments and K updates per chunk."""
+def file_config(path: str, num_envs: int | None = None, updates_per_chunk: int | None = None):
+    """An experiment file's ``Config``, at ``num_envs`` environments and K =
+    ``updates_per_chunk`` updates per chunk where they are given (None: the file's)."""
     from jaxpo.experiments.experiment import load_yaml
 
-    return dataclasses.replace(load_yaml(path).config, num_envs=num_envs, updates_per_chunk=updates_per_chunk)
+    changes = dict(num_envs=num_envs, updates_per_chunk=updates_per_chunk)
+    return dataclasses.replace(load_yaml(path).config, **{k: v for k, v in changes.items() if v is not None})
 
 
 def _phases(tr, state, hyper, options: dict) -> dict:
@@ -412,7 +423,9 @@ def _measure_env(args, raw: bool = False) -> dict:
             obs, state, reward, dones, _ = inner.step(key, state, {a: actions[i] for i, a in enumerate(agents)})
             return state, obs, reward
 
-        available = env.env._available_actions  # the family's get_avail_actions, None where all are
+        adapter = env.env
+        # the family's get_avail_actions (as the adapter asks it), None where all actions are available
+        available = None if adapter.continuous else adapter.family.available_actions(inner)
 
         def mask_of(state):
             if available is None:  # e.g. MPE: every action always available
@@ -526,6 +539,8 @@ def _child_argv(args, num_envs: int, runs: int) -> list[str]:
         argv += ["--backend-opt-level", str(args.backend_opt_level)]
     if args.xla_defaults:
         argv.append("--xla-defaults")
+    if args.sequential_start:
+        argv.append("--sequential-start")
     for name, value in args.xla_option:
         argv += ["--xla-option", f"{name}={value}"]
     if args.recurrent:
