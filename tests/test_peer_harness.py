@@ -122,8 +122,9 @@ def test_cpu_devices_reach_both_sides_and_split_jaxpo_s_environments(monkeypatch
 def test_jaxpo_with_default_options_compiles_with_none_of_its_own(monkeypatch):
     """``--options default`` gives throughput.py ``--xla-defaults``, whose trainer's chunk then
     carries no compiler options (``compile`` adds its own to the jit's); the control, built the
-    usual way while jaxpo's CPU options are on (the tests' XLA_FLAGS otherwise name them), carries them."""
-    monkeypatch.setattr(compiled, "_cpu_compiler_options", lambda: dict(compiled.CPU_COMPILER_OPTIONS))
+    usual way while jaxpo's CPU options are on (the tests' XLA_FLAGS otherwise name them), carries them.
+    The init program likewise: none of jaxpo's options at XLA's defaults, its own otherwise."""
+    monkeypatch.setattr(compiled, "_known_cpu_options", dict)
     parse = throughput.build_parser().parse_args
     default, own = (parse(peer.side_argv("jaxpo", args_for(o))[2:]) for o in ("default", "jaxpo"))
     assert default.xla_defaults and not own.xla_defaults
@@ -138,6 +139,9 @@ def test_jaxpo_with_default_options_compiles_with_none_of_its_own(monkeypatch):
         assert tr.compiler_options == (None if xla_defaults else compiled.CPU_COMPILER_OPTIONS)
         lowered = tr.chunk_runs.lower(state, hyper)
         assert tuple(lowered._lowering._compiler_options_kvs) == expected  # what compile() starts from
+        init = tr.init_runs.lower(jax.random.split(jax.random.PRNGKey(0), 1), hyper)
+        init_expected = () if xla_defaults else tuple(compiled.CPU_INIT_COMPILER_OPTIONS.items())
+        assert tuple(init._lowering._compiler_options_kvs) == init_expected  # init too: every program at XLA's defaults
 
 
 def test_sides_alternate_and_ratios_are_jaxpo_over_peer():

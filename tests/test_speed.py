@@ -159,11 +159,11 @@ sum_over_units = lambda x, w: (x * w[..., None]).sum(2)  # SMAX's per-unit sums,
 default, tuned = (jax.jit(sum_over_units, compiler_options=options).lower(units[0], weights).compile()
                   for options in (None, ours))
 os.environ["XLA_FLAGS"] = "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
-compiled._cpu_compiler_options.cache_clear()
+compiled._known_cpu_options.cache_clear()
 user_set = compiled.compiler_options("cpu")
 del os.environ["XLA_FLAGS"]
 compiled.CPU_COMPILER_OPTIONS["xla_no_such_option"] = 1
-compiled._cpu_compiler_options.cache_clear()
+compiled._known_cpu_options.cache_clear()
 print(json.dumps(dict(
     ours=ours, user_set=user_set, unknown=compiled.compiler_options("cpu"), gpu=compiled.compiler_options("gpu"),
     ynn=[program.as_text().count("__ynn_fusion") for program in (default, tuned)],
@@ -187,3 +187,46 @@ def test_cpu_programs_keep_small_reductions_out_of_ynnpack_unless_xla_flags_say_
     assert got["user_set"] == {"xla_backend_optimization_level": 1}
     assert got["unknown"] == got["ours"]  # the unknown option dropped, the others kept
     assert got["gpu"] is None
+
+
+# Fresh process without XLA_FLAGS: the tests' own (conftest) already name the init option.
+_INIT_OPTIONS_CHECK = r"""
+import json
+import jax, numpy as np
+import jaxpo
+from jaxpo.program import compiled
+
+config = jaxpo.Config(env="public_goods", env_kwargs={"num_agents": 3}, num_envs=4, num_steps=8, hidden=(16, 16),
+                      recurrent=True, num_minibatches=1, num_epochs=1)
+tr = compiled.Trainer(config)
+keys = jax.random.split(jax.random.PRNGKey(3), 2)
+hyper = jax.tree.map(lambda x: np.stack([x, x]), jaxpo.Hyper.create(jaxpo.support.ippo(3)))
+lowered = tr.init_runs.lower(keys, hyper)
+built = lowered.compile()
+optimised_emitters = lowered.compile(compiler_options=dict(compiled.INIT_COMPILER_OPTIONS,
+                                                           xla_cpu_use_fusion_emitters=True))
+same = all(np.array_equal(a, b, equal_nan=True)
+           for a, b in zip(jax.tree.leaves(built(keys, hyper)), jax.tree.leaves(optimised_emitters(keys, hyper))))
+print(json.dumps(dict(
+    cpu=compiled.init_compiler_options("cpu"), gpu=compiled.init_compiler_options("gpu"),
+    lowered=dict(lowered._lowering._compiler_options_kvs), same=same,
+    defaults=dict(compiled.Trainer(config, xla_defaults=True).init_runs.lower(keys, hyper)._lowering._compiler_options_kvs),
+)))
+"""
+
+
+def test_the_init_program_is_built_for_compile_time_to_the_same_values():
+    """init runs once per group: on CPU it compiles without backend optimisation and with
+    XLA:CPU's older loop emitters (about 40% less compile), to the values the fusion
+    emitters give, bit for bit; other platforms drop the CPU-only option; at XLA's
+    defaults (``xla_defaults``) it carries none of jaxpo's."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", _INIT_OPTIONS_CHECK], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["cpu"] == {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+    assert got["lowered"] == got["cpu"]  # what the trainer's init_runs compiles with
+    assert got["gpu"] == {"xla_backend_optimization_level": 0}
+    assert got["defaults"] == {}
+    assert got["same"]

@@ -35,10 +35,10 @@ from jaxpo.program.config import Config, Hyper
 from jaxpo.program.learner import Learner, TrainState
 from jaxpo.program.parallel import ENV_AXIS, make_mesh
 
-# XLA options of the init program: init runs once per run, so it is compiled without
-# backend optimisation (faster to compile, docs/speed.md; its values agree with an
-# optimised build to float32 rounding).
+# XLA options of the init program, which runs once per group of runs: built for compile
+# time, not speed (``init_compiler_options``).
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+CPU_INIT_COMPILER_OPTIONS = {**INIT_COMPILER_OPTIONS, "xla_cpu_use_fusion_emitters": False}
 
 
 # jaxpo's XLA options on CPU, each explained in ``compiler_options``.
@@ -71,17 +71,40 @@ def compiler_options(platform: str) -> dict[str, Any] | None:
     Returns:
         ``jax.jit``'s ``compiler_options``, or None for XLA's defaults.
     """
-    return _cpu_compiler_options() if platform == "cpu" else None
+    return _known_cpu_options(tuple(CPU_COMPILER_OPTIONS.items())) if platform == "cpu" else None
+
+
+def init_compiler_options(platform: str) -> dict[str, Any]:
+    """XLA options of the init program on ``platform``, which runs once per group of runs
+    and is built for compile time (the figures are in ``docs/speed.md``):
+
+    * no backend optimisation (``INIT_COMPILER_OPTIONS``), on every platform;
+    * on CPU, XLA:CPU's older loop emitters for its fusions instead of its MLIR fusion
+      emitters (``CPU_INIT_COMPILER_OPTIONS``): about 40% less compile, to the same values
+      bit for bit in the shipped configs.
+
+    On CPU, an option ``XLA_FLAGS`` names or this jaxlib's XLA does not know is left out,
+    as ``compiler_options`` does.
+
+    Args:
+        platform: a device's ``platform`` ("cpu", "gpu", "tpu").
+
+    Returns:
+        ``jax.jit``'s ``compiler_options`` for the init program.
+    """
+    if platform != "cpu":
+        return dict(INIT_COMPILER_OPTIONS)
+    return _known_cpu_options(tuple(CPU_INIT_COMPILER_OPTIONS.items()))
 
 
 @functools.cache
-def _cpu_compiler_options() -> dict[str, Any]:
-    """``CPU_COMPILER_OPTIONS`` less those ``XLA_FLAGS`` names or XLA refuses (tried on a
+def _known_cpu_options(wanted: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """The options ``wanted`` less those ``XLA_FLAGS`` names or XLA refuses (tried on a
     one-element program, once per process)."""
     flags = os.environ.get("XLA_FLAGS", "")
     probe = jax.ShapeDtypeStruct((), np.float32, sharding=SingleDeviceSharding(jax.local_devices(backend="cpu")[0]))
     options = {}
-    for name, value in CPU_COMPILER_OPTIONS.items():
+    for name, value in wanted:
         if name in flags:
             continue
         try:
@@ -106,9 +129,9 @@ class Trainer:
     Args:
         config: the static configuration the program is built for.
         devices: the devices it runs on (default: all of every process).
-        xla_defaults: compile the top-level programs with XLA's default options instead
-            of jaxpo's for the platform (``compiler_options``), e.g. to measure against
-            a peer at XLA's defaults.
+        xla_defaults: compile the top-level programs, init included, with XLA's default
+            options instead of jaxpo's for the platform (``compiler_options``,
+            ``init_compiler_options``), e.g. to measure against a peer at XLA's defaults.
 
     Raises:
         ValueError: if ``devices`` are not distinct jax devices, or with ``parallel``
@@ -143,7 +166,7 @@ class Trainer:
         self.compiler_options = None if xla_defaults else compiler_options(platform)
         self.init_runs = jax.jit(self._counted("init", jax.vmap(self.learner.init)),
                                  in_shardings=self.run_sharding, out_shardings=self.state_sharding,
-                                 compiler_options=INIT_COMPILER_OPTIONS)
+                                 compiler_options=None if xla_defaults else init_compiler_options(platform))
         self.chunk_runs = jax.jit(self._counted("chunk", self._chunk_program), donate_argnums=0,
                                   in_shardings=(self.state_sharding, self.run_sharding),
                                   out_shardings=(self.state_sharding, self.run_sharding),
