@@ -141,6 +141,19 @@ def test_start_builds_the_chunk_beside_init_and_the_first_chunk_compiles_nothing
     chex.assert_trees_all_equal(after_one_chunk, expected)
 
 
+def test_a_new_group_s_abstract_state_and_metric_names_trace_init_once(monkeypatch):
+    """The driver's first look at a config (``metric_names``, which builds ``abstract_state``)
+    traces one run's init once, vmapped over the runs: the hyperparameters' layout needs no
+    trace of its own, and the metric names reuse the trace."""
+    traced = []
+    init = jaxpo.program.learner.Learner.init
+    monkeypatch.setattr(jaxpo.program.learner.Learner, "init", lambda self, *a: (traced.append(1), init(self, *a))[1])
+    tr = jaxpo.program.compiled.Trainer(dataclasses.replace(TINY, hidden=(10,)))  # its own, untraced
+    state = tr.abstract_state(2)
+    assert len(traced) == 1 and state.update.shape == (2,)
+    assert "loss" in " ".join(tr.metric_names(2)) and len(traced) == 1
+
+
 def test_equal_configs_share_the_compiled_trainer():
     """Run length is not part of the program; equal configs (array env arguments
     compared by value) share one Trainer and its compiled code."""

@@ -276,15 +276,20 @@ class Trainer:
         return traced
 
     @functools.cached_property
-    def _abstract_run(self) -> tuple[TrainState, Hyper]:
-        """Shapes of one run's ``(TrainState, Hyper)``, by tracing only."""
-        hyper = Hyper.create(ippo(self.num_agents))
-        return jax.eval_shape(self.learner.init, jax.random.PRNGKey(0), hyper), hyper
+    def _default_hyper(self) -> Hyper:
+        """One dense run's ``Hyper`` (IPPO's supports): the layout traced when none is given."""
+        return Hyper.create(ippo(self.num_agents))
+
+    @functools.cached_property
+    def _abstract_run(self) -> TrainState:
+        """Shapes of one run's ``TrainState``, by tracing only."""
+        return jax.eval_shape(self.learner.init, jax.random.PRNGKey(0), self._default_hyper)
 
     def _abstract_hyper(self, size: int, hyper: Hyper | None = None) -> Hyper:
         """``hyper``'s layout (leaves ``[R, ...]``, any R; default one dense run's) for
         ``size`` runs, placed as the driver puts them: ``jax.ShapeDtypeStruct`` leaves."""
-        per_run = self._abstract_run[1] if hyper is None else jax.tree.map(lambda x: x[0], hyper)
+        # A layout needs no trace of init: abstract_state traces it once, vmapped.
+        per_run = self._default_hyper if hyper is None else jax.tree.map(lambda x: x[0], hyper)
         dtype = lambda x: jax.dtypes.canonicalize_dtype(np.asarray(x).dtype)  # as put on a device
         placed = lambda x: jax.ShapeDtypeStruct((size, *np.shape(x)), dtype(x), sharding=self.run_sharding)
         return jax.tree.map(placed, per_run)
@@ -364,7 +369,7 @@ class Trainer:
         Returns:
             Bytes per run: 3 × the ``TrainState``'s plus 6 × one rollout's.
         """
-        state, _ = self._abstract_run
+        state = self._abstract_run
         cfg = self.config
         traj = jax.eval_shape(
             lambda s: rollout(self.env, self.net, s.params, s.rollout, s.key, cfg.num_steps, cfg.critic_input)[1], state)
