@@ -80,8 +80,8 @@ def init_compiler_options(platform: str) -> dict[str, Any]:
 
     * no backend optimisation (``INIT_COMPILER_OPTIONS``), on every platform;
     * on CPU, XLA:CPU's older loop emitters for its fusions instead of its MLIR fusion
-      emitters (``CPU_INIT_COMPILER_OPTIONS``): about 40% less compile, to the same values
-      bit for bit in the shipped configs.
+      emitters (``CPU_INIT_COMPILER_OPTIONS``): shorter to compile, to the same values bit
+      for bit in the shipped configs.
 
     On CPU, an option ``XLA_FLAGS`` names or this jaxlib's XLA does not know is left out,
     as ``compiler_options`` does.
