@@ -93,6 +93,54 @@ def test_orthogonal_init(shape):
     assert not np.allclose(w, np.asarray(orthogonal(2.0)(jax.random.PRNGKey(1), shape)))
 
 
+
+def _layers_and_inputs(kernel_init):
+    from jaxpo.core import modules
+
+    layout = modules.Layout(hidden=(8, 8), heads=(modules.Head(2, log_std=True), modules.Head(1, prefix="value_")))
+    return {
+        "Dense": (modules.Dense(4, kernel_init), (jnp.ones((2, 3)),)),
+        "Conv": (modules.Conv(4, 3, kernel_init), (jnp.ones((2, 5, 5, 2)),)),
+        "GRU": (modules.GRU(4, kernel_init, kernel_init),
+                (jnp.zeros((2, 4)), jnp.ones((3, 2, 3)), jnp.zeros((3, 2), bool))),
+        "MLP": (modules.MLP(layout), (jnp.ones((2, 3)),)),
+    }
+
+
+@pytest.mark.parametrize("kind", ["Dense", "Conv", "GRU", "MLP"])
+def test_applying_a_layer_calls_no_initialiser_and_still_checks_its_parameters_shapes(kind, monkeypatch):
+    """flax's ``param`` traces an existing parameter's initialiser on every apply to check
+    its shape; jaxpo's layers compare the shape they know, with flax's error."""
+    import flax.linen as nn
+    from flax.errors import ScopeParamShapeError
+    from flax.traverse_util import flatten_dict, unflatten_dict
+
+    from jaxpo.core import modules
+
+    calls = []
+
+    def counted(init):
+        def init_and_count(*args, **kwargs):
+            calls.append(init)
+            return init(*args, **kwargs)
+        return init_and_count
+
+    orthogonal = modules.orthogonal
+    monkeypatch.setattr(modules, "orthogonal", lambda *args, **kwargs: counted(orthogonal(*args, **kwargs)))
+    monkeypatch.setattr(nn.initializers, "zeros", counted(nn.initializers.zeros))
+    layer, inputs = _layers_and_inputs(counted(orthogonal()))[kind]
+    params = layer.init(jax.random.PRNGKey(0), *inputs)
+    created = len(calls)
+    assert created == len(jax.tree.leaves(params))  # each parameter initialised once, when created
+    jax.block_until_ready(layer.apply(params, *inputs))
+    assert len(calls) == created
+    flat = flatten_dict(params)
+    path = next(path for path in flat if path[-1] == "kernel")
+    flat[path] = jnp.zeros((flat[path].shape[0] + 1,) + flat[path].shape[1:])
+    with pytest.raises(ScopeParamShapeError, match="kernel"):
+        layer.apply(unflatten_dict(flat), *inputs)
+
+
 @pytest.mark.parametrize("batch", [(6,), (2, 3)])
 def test_the_gru_scans_written_out_gradient_equals_autodiff_of_the_scan(batch):
     """``gru_scan``'s hand-written backward pass (weight gradient after the loop) against

@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax.errors import ScopeParamShapeError
 
 from jaxpo.core.kernels import for_platform
 
@@ -55,6 +56,34 @@ def orthogonal(scale: float = 1.0, iterations: int = 60) -> Callable[..., jax.Ar
     return init
 
 
+def param(module: nn.Module, name: str, init: Callable[..., jax.Array], shape: Sequence[int]) -> jax.Array:
+    """``module.param(name, init, shape)``, without tracing ``init`` when the parameter exists.
+
+    On every apply, flax's ``param`` checks an existing parameter's shape by tracing its
+    initialiser (``jax.eval_shape``): for ``orthogonal``, a normal draw and the
+    Newton–Schulz loop, per layer, in every program that applies the network. The shape
+    is known here, so it is compared directly, with flax's error.
+
+    Args:
+        module: the module, inside its compact method.
+        name: the parameter's name in ``module``.
+        init: ``init(key, shape) -> value``, called only when the parameter is created.
+        shape: the parameter's shape.
+
+    Returns:
+        The parameter: the existing one, or ``init``'s new one.
+
+    Raises:
+        ScopeParamShapeError: flax's, if the existing parameter's shape is not ``shape``.
+    """
+    if not module.has_variable("params", name):
+        return module.param(name, init, shape)
+    value = module.get_variable("params", name)
+    if np.shape(value) != tuple(shape):
+        raise ScopeParamShapeError(name, module.scope.path_text, np.shape(value), tuple(shape))
+    return value
+
+
 class Weights(nn.Module):
     """The kernel ``[in, features]`` (and bias) of a Dense layer, returned rather than
     applied: the same names, shapes and initial values as ``nn.Dense``."""
@@ -65,10 +94,10 @@ class Weights(nn.Module):
 
     @nn.compact
     def __call__(self, in_dim: int) -> tuple[jax.Array, jax.Array]:
-        kernel = self.param("kernel", self.kernel_init, (in_dim, self.features))
+        kernel = param(self, "kernel", self.kernel_init, (in_dim, self.features))
         if not self.use_bias:
             return kernel, jnp.zeros((self.features,), kernel.dtype)
-        return kernel, self.param("bias", nn.initializers.zeros, (self.features,))
+        return kernel, param(self, "bias", nn.initializers.zeros, (self.features,))
 
 
 class Dense(nn.Module):
@@ -87,8 +116,8 @@ class Dense(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         d = x.shape[-1]
-        kernel = self.param("kernel", self.kernel_init, (d + self.num_ids, self.features))
-        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        kernel = param(self, "kernel", self.kernel_init, (d + self.num_ids, self.features))
+        bias = param(self, "bias", nn.initializers.zeros, (self.features,))
         kernels = for_platform(self.platform)
         y = kernels.affine(x, kernel[:d], bias)
         return y + kernel[d:] if self.num_ids else y
@@ -106,8 +135,8 @@ class Conv(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        kernel = self.param("kernel", self.kernel_init, (self.kernel, self.kernel, x.shape[-1], self.features))
-        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        kernel = param(self, "kernel", self.kernel_init, (self.kernel, self.kernel, x.shape[-1], self.features))
+        bias = param(self, "bias", nn.initializers.zeros, (self.features,))
         kernels = for_platform(self.platform)
         return kernels.conv(x, kernel, bias)
 
@@ -218,7 +247,7 @@ class Layout:
         out = self.dense(len(self.hidden), head.out_dim, head.out_scale, head.prefix)(x)
         if not head.log_std:
             return out
-        log_std = module.param("log_std", nn.initializers.zeros, (head.out_dim,))
+        log_std = param(module, "log_std", nn.initializers.zeros, (head.out_dim,))
         return jnp.concatenate([out, jnp.broadcast_to(log_std, out.shape)], axis=-1)
 
     def branches(self, module: nn.Module, x: jax.Array) -> jax.Array:
