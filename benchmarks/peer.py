@@ -53,6 +53,9 @@ Startup is what a side takes before its first update can run: the peer's ``compi
 one program, initialisation inside, jitted, lowered and compiled), jaxpo's ``start_s``
 (``Trainer.start``: its init and chunk programs built at once, as its driver builds them,
 and init run). Counting jaxpo's chunk alone would leave out its init program's build.
+Where the startup goes, stage by stage, as jax records it on both sides
+(``throughput.BuildStages``): the peer's ``compile_stages`` and jaxpo's ``start_stages``,
+``{program: {"trace_s", "lower_s", "xla_compile_s"}}``.
 """
 
 from __future__ import annotations
@@ -83,8 +86,9 @@ PEER_KEYS = ("MAP_NAME", "ENV_KWARGS", "TOTAL_TIMESTEPS", "NUM_UPDATES", "NUM_AC
              "FC_DIM_SIZE", "GRU_HIDDEN_DIM", "ACTIVATION", "LR", "ANNEAL_LR", "SEED")
 JAXPO_KEYS = ("env", "env_kwargs", "num_envs", "num_steps", "num_epochs", "num_minibatches", "updates_per_chunk",
               "hidden", "recurrent", "shared_trunk", "critic_input")
-JAXPO_FIELDS = ("start_s", "compile_s", "init_compile_s", "timed_s", "env_steps_per_s", "baseline_rss_mib", "peak_rss_mib",
-                "device_peak_mib", "backend", "device_kind", "num_devices", "jax_version", "xla_defaults", "parallel")
+JAXPO_FIELDS = ("start_s", "start_stages", "compile_s", "init_compile_s", "timed_s", "env_steps_per_s",
+                "baseline_rss_mib", "peak_rss_mib", "device_peak_mib", "backend", "device_kind", "num_devices",
+                "jax_version", "xla_defaults", "parallel")
 HOW_TO_GET = ("get a JaxMARL git directory with the session's fetch tool (source github:FLAIROx/JaxMARL), "
               "or `git clone https://github.com/FLAIROx/JaxMARL`, then run "
               "`python benchmarks/peer.py fetch --from PATH`")
@@ -263,7 +267,8 @@ def measure_peer(args) -> dict:
     keys = jax.random.split(jax.random.PRNGKey(config["SEED"]), args.seeds)  # as its main does
     baseline = throughput().rss_mib()
     t0 = time.perf_counter()
-    compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
+    with throughput().BuildStages() as built:
+        compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
     compile_s = time.perf_counter() - t0
     for _ in range(args.warmup):
         jax.block_until_ready(compiled(keys))
@@ -278,7 +283,8 @@ def measure_peer(args) -> dict:
     env_steps = args.calls * args.updates * args.num_envs * config["NUM_STEPS"] * args.seeds
     commit = json.loads((PEER_DIR / "COMMIT.json").read_text())["commit"]
     return dict(
-        num_steps=config["NUM_STEPS"], calls=args.calls, compile_s=round(compile_s, 3), timed_s=round(timed_s, 4),
+        num_steps=config["NUM_STEPS"], calls=args.calls, compile_s=round(compile_s, 3), compile_stages=built.stages,
+        timed_s=round(timed_s, 4),
         call_s=[round(s, 3) for s in call_s], env_steps_per_s=round(env_steps / timed_s, 1),
         baseline_rss_mib=round(baseline, 1), peak_rss_mib=round(throughput().rss_mib(), 1),
         device_peak_mib=throughput()._round(throughput().device_peak_mib()), backend=jax.default_backend(),

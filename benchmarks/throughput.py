@@ -65,6 +65,10 @@ Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     options; with the command line's, null, and init_compile_s (the init program built
     and run) then compile_s (the chunk built with them) instead. With ``--sequential-start``,
     start_s times init built and run, then the chunk built (what ``Trainer.start`` overlaps).
+    start_stages: with start_s from ``Trainer.start``, each program's seconds in each build
+    stage, ``{"init": {"trace_s", "lower_s", "xla_compile_s"}, "chunk": {...}}`` as jax
+    records them (``BuildStages``); init's compile overlaps the chunk's trace, so the stages
+    sum to more than start_s.
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
 
 With ``--phases`` (on in ``--matched``) train lines also hold, per phase of an update —
@@ -208,6 +212,39 @@ def make_trainer(config, xla_defaults: bool = False):
     return compiled.Trainer(config, xla_defaults=True) if xla_defaults else jaxpo.trainer(config)
 
 
+STAGE_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace_s",
+                "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+                "/jax/core/compile/backend_compile_duration": "xla_compile_s"}
+
+
+class BuildStages:
+    """The seconds each program built inside the ``with`` block spent in each build stage, as
+    jax records them (``jax.monitoring``'s compile events): ``stages[program] = {"trace_s",
+    "lower_s", "xla_compile_s"}``, ``program`` as jax names it (``chunk``, ``jit(chunk)``).
+
+    Every program built in the block has its entry (an op run eagerly there is one too; a jit
+    traced inside another's trace is not: its time is in the outer one's). Stages that ran at
+    once (``Trainer.start``'s init compile beside the chunk's trace) each count in full, so
+    the stages' sum can exceed the wall time."""
+
+    def __enter__(self):
+        import jax
+
+        self.stages: dict[str, dict[str, float]] = {}
+        jax.monitoring.register_event_duration_secs_listener(self._record)
+        return self
+
+    def _record(self, event: str, seconds: float, fun_name: str = "?", **_) -> None:
+        if event in STAGE_EVENTS:
+            program = self.stages.setdefault(fun_name.removeprefix("jit(").removesuffix(")"), {})
+            program[STAGE_EVENTS[event]] = round(program.get(STAGE_EVENTS[event], 0.0) + seconds, 3)
+
+    def __exit__(self, *exc) -> None:
+        import jax
+
+        jax.monitoring.unregister_event_duration_listener(self._record)
+
+
 def rss_mib() -> float:
     import resource
 
@@ -283,14 +320,16 @@ def _measure_train(args) -> dict:
     from jaxpo.program.parallel import put
 
     keys, hyper = put((keys, hyper), tr.run_sharding)  # as the driver places them
-    start_s = init_compile_s = compile_s = None
+    start_s = init_compile_s = compile_s = start_stages = None
     t0 = time.perf_counter()
     if xla_options(args) == (tr.compiler_options or {}):  # the programs the driver builds, as it builds them
         if args.sequential_start:  # one after the other
             state = jax.block_until_ready(tr.init_runs(keys, hyper))
             tr.chunk_runs.lower(state, hyper).compile()
         else:
-            state = jax.block_until_ready(tr.start(keys, hyper))
+            with BuildStages() as built:
+                state = jax.block_until_ready(tr.start(keys, hyper))
+            start_stages = built.stages
         start_s, chunk = time.perf_counter() - t0, tr.chunk_runs
     else:  # the command line's options: the chunk built again with them
         state = jax.block_until_ready(tr.init_runs(keys, hyper))
@@ -333,6 +372,7 @@ def _measure_train(args) -> dict:
         critic_input=config.critic_input,
         parallel=config.parallel,
         start_s=_round(start_s, 3),
+        start_stages=start_stages,
         sequential_start=args.sequential_start,
         init_compile_s=_round(init_compile_s, 3),
         compile_s=_round(compile_s, 3),

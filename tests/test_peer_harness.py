@@ -144,6 +144,31 @@ def test_jaxpo_with_default_options_compiles_with_none_of_its_own(monkeypatch):
         assert tuple(init._lowering._compiler_options_kvs) == init_expected  # init too: every program at XLA's defaults
 
 
+def test_build_stages_are_jax_s_own_per_program_and_name_jaxpo_s_two():
+    """``BuildStages`` records each program built inside its block, under the name jax gives
+    it, with the seconds of its trace, lowering and XLA compile; nothing after the block.
+    ``Trainer.start`` builds two programs, named ``init`` and ``chunk``."""
+    inner = jax.jit(lambda x: jax.numpy.sin(x) * 2)
+    x = jax.numpy.ones(3)
+    with throughput.BuildStages() as built:
+        jax.jit(lambda x: inner(x) + 1).lower(x).compile()
+    assert list(built.stages) == ["<lambda>"]
+    assert set(built.stages["<lambda>"]) == {"trace_s", "lower_s", "xla_compile_s"}
+    jax.jit(lambda x: x * 3).lower(x).compile()
+    assert list(built.stages) == ["<lambda>"]
+    config = jaxpo.Config(env="public_goods", env_kwargs={"num_agents": 2}, num_envs=3, num_steps=2, hidden=(4,),
+                          num_minibatches=1, num_epochs=1)
+    tr = compiled.Trainer(config)
+    keys = jax.random.split(jax.random.PRNGKey(0), 1)
+    hyper = jax.tree.map(lambda x: x[None], jaxpo.Hyper.create(jaxpo.support.ippo(2)))
+    with throughput.BuildStages() as built:
+        jax.block_until_ready(tr.start(keys, hyper))
+    assert {"init", "chunk"} <= set(built.stages)
+    for program in ("init", "chunk"):
+        assert set(built.stages[program]) == {"trace_s", "lower_s", "xla_compile_s"}
+        assert all(seconds > 0 for seconds in built.stages[program].values())
+
+
 def test_sides_alternate_and_ratios_are_jaxpo_over_peer():
     assert [s for _, s in peer.schedule(3)] == ["peer", "jaxpo", "jaxpo", "peer", "peer", "jaxpo"]
     line = peer.pair_line(1, {"peer": {"env_steps_per_s": 40_000.0}, "jaxpo": {"env_steps_per_s": 52_000.0}})

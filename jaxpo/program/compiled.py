@@ -273,6 +273,7 @@ class Trainer:
             self.compiles[name] += 1  # runs at trace time only
             return fn(*args)
 
+        traced.__name__ = traced.__qualname__ = name  # jax's compile logs and events name the program
         return traced
 
     @functools.cached_property
