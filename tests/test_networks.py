@@ -93,7 +93,6 @@ def test_orthogonal_init(shape):
     assert not np.allclose(w, np.asarray(orthogonal(2.0)(jax.random.PRNGKey(1), shape)))
 
 
-
 def _layers_and_inputs(kernel_init):
     from jaxpo.core import modules
 
