@@ -57,7 +57,7 @@ Fields of every line:
     process_wall_s  wall seconds of the whole subprocess for this num_envs (imports, both kinds).
 Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     updates_per_s, num_epochs, num_minibatches, hidden, recurrent, seq_len (L, 1 when
-    feed-forward), scheme, preset, parallel (``Config.parallel``:
+    feed-forward), scheme, preset (a ``--config`` file's own), parallel (``Config.parallel``:
     "envs" splits each run's environments over the ``num_devices``; ``--parallel``
     sets it, and ``JAX_NUM_CPU_DEVICES=D`` makes a CPU D devices).
     start_s: seconds from a new config to its first chunk, as the driver starts a group:
@@ -69,6 +69,8 @@ Train lines also hold: updates_per_chunk (K), chunks_timed, updates_timed,
     stage, ``{"init": {"trace_s", "lower_s", "xla_compile_s"}, "chunk": {...}}`` as jax
     records them (``BuildStages``); init's compile overlaps the chunk's trace, so the stages
     sum to more than start_s.
+A train measurement whose last timed update's policy loss is not finite prints an ``error``
+line instead: a diverged run is no measurement.
 Env lines also hold: calls_timed (each call is T steps of E × R environments).
 
 With ``--phases`` (on in ``--matched``) train lines also hold, per phase of an update —
@@ -156,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "x R 1 16 unless --num-envs/--seeds are given, train kind, with --phases")
     p.add_argument("--config", metavar="FILE.yaml", default=None,
                    help="measure an experiment file's config (e.g. jaxpo/experiments/configs/jaxmarl_ippo_rnn_smax.yaml): "
-                        "its env, network and schedule; --num-envs (default its own), --seeds and "
+                        "its env, network, schedule, hyperparameters and support (--preset ignored), the "
+                        "learning rate's horizon its own run length; --num-envs (default its own), --seeds and "
                         "--updates-per-chunk still apply")
     p.add_argument("--backend-opt-level", type=int, choices=(0, 1, 2, 3), default=None,
                    help="compile at this XLA backend (LLVM) optimisation level instead of "
@@ -312,8 +315,13 @@ def _measure_train(args) -> dict:
     if args.parallel is not None:
         config = dataclasses.replace(config, parallel=args.parallel)
     tr = make_trainer(config, args.xla_defaults)
-    sup = jaxpo.make_support(args.preset, tr.num_agents, coupling=tr.env.coupling)
-    hyper, seeds, _ = jaxpo.runs(sup, seeds=range(args.seeds))
+    if args.config is None:
+        preset = args.preset
+        sup = jaxpo.make_support(preset, tr.num_agents, coupling=tr.env.coupling)
+        hyper, seeds, _ = jaxpo.runs(sup, seeds=range(args.seeds))
+    else:  # the file's own hyperparameters and support, as jaxpo.train would run it
+        preset, hyper = file_hyper(args.config, args.seeds)
+        seeds = np.arange(args.seeds)
     keys = jax.vmap(jax.random.PRNGKey)(jax.numpy.asarray(seeds, jax.numpy.uint32))
     baseline = rss_mib()
 
@@ -349,8 +357,8 @@ def _measure_train(args) -> dict:
             if time.perf_counter() - t0 >= args.min_seconds:
                 break
     timed_s = time.perf_counter() - t0
-    if not np.all(np.isfinite(np.asarray(metrics["policy_loss"]))):
-        print("warning: non-finite policy loss", file=sys.stderr)
+    if not np.all(np.isfinite(np.asarray(metrics["policy_loss"]))):  # a diverged run is no measurement
+        return dict(kind="train", **_common(args, tr.env), error="non-finite policy loss in the timed updates")
 
     updates = calls * args.updates_per_chunk
     env_steps = updates * config.steps_per_update * args.seeds
@@ -368,7 +376,7 @@ def _measure_train(args) -> dict:
         shared_trunk=config.shared_trunk,
         seq_len=config.sequence_length,
         scheme=config.scheme,
-        preset=args.preset,
+        preset=preset,
         critic_input=config.critic_input,
         parallel=config.parallel,
         start_s=_round(start_s, 3),
@@ -409,6 +417,27 @@ def file_config(path: str, num_envs: int | None = None, updates_per_chunk: int |
 
     changes = dict(num_envs=num_envs, updates_per_chunk=updates_per_chunk)
     return dataclasses.replace(load_yaml(path).config, **{k: v for k, v in changes.items() if v is not None})
+
+
+def file_hyper(path: str, runs: int):
+    """An experiment file's ``Hyper`` for ``runs`` runs: its ``hyper`` section and support,
+    the learning rate's horizon resolved as ``jaxpo.train`` resolves it (the file's own run
+    length), so that ``anneal_lr`` anneals instead of dividing by 0.
+
+    Args:
+        path: the experiment file.
+        runs: R.
+
+    Returns:
+        ``(preset, hyper)``: the file's support preset and its one setting's ``Hyper``,
+            repeated (leaves ``[R, ...]``).
+    """
+    from jaxpo.experiments.experiment import load_yaml
+    from jaxpo.experiments.settings import settings
+    from jaxpo.program.config import Hyper
+
+    experiment = load_yaml(path)
+    return experiment.support.preset, Hyper.stack([settings(experiment)[0].hyper] * runs)
 
 
 def _phases(tr, state, hyper, options: dict) -> dict:

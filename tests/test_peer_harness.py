@@ -4,7 +4,8 @@ arguments refused by name before anything compiles, the compiler options each si
 jaxpo``), the alternating order and the ratio arithmetic.
 
 Modules under test: ``benchmarks/peer.py`` and ``benchmarks/throughput.py``'s
-``--xla-defaults``, ``--parallel`` and its environment-only kinds."""
+``--xla-defaults``, ``--parallel``, ``--config`` (the file's own hyperparameters) and its
+environment-only kinds."""
 
 import argparse
 import json
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -214,3 +216,35 @@ def test_the_environment_only_kinds_run_on_jaxmarl_environments(capsys):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["kind"] for line in lines] == ["raw", "env"]
     assert all(line["env"] == env and line["calls_timed"] >= 3 and line["env_steps_per_s"] > 0 for line in lines)
+
+
+def test_a_config_file_is_measured_with_its_own_hyperparameters_and_a_diverged_run_is_no_measurement(
+        capsys, monkeypatch, tmp_path):
+    """``throughput.py --config``: the file's ``hyper`` section and support, its annealed
+    rate's horizon resolved to its own run length (left at 0 it would be 0 / 0 and every
+    parameter NaN); a measurement whose loss is not finite prints an error line, no rate."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text("config: {env: public_goods, env_kwargs: {num_agents: 2}, num_envs: 2, num_steps: 4, "
+                    "updates_per_chunk: 1, num_epochs: 1, num_minibatches: 1, hidden: [4], anneal_lr: true}\n"
+                    "hyper: {lr: 0.02, clip_eps: 0.1}\nsupport: {preset: mappo}\nrun: {steps: 48}\n")
+    preset, hyper = throughput.file_hyper(str(path), 2)
+    assert preset == "mappo"
+    np.testing.assert_array_equal(hyper.lr, np.float32([0.02, 0.02]))
+    np.testing.assert_array_equal(hyper.clip_eps, np.float32([0.1, 0.1]))
+    np.testing.assert_array_equal(hyper.lr_horizon, np.float32([6, 6]))  # 48 steps / (2 envs × 4 steps)
+    np.testing.assert_array_equal(hyper.S_A[0], np.ones((2, 2)))  # mappo: the team's advantage
+    argv = ["--single", "--config", str(path), "--num-envs", "2", "--kinds", "train", "--chunks", "1", "--min-seconds", "0"]
+    assert throughput.main(argv) == 0
+    (line,) = [json.loads(out) for out in capsys.readouterr().out.splitlines()]
+    assert "error" not in line and line["env_steps_per_s"] > 0 and line["preset"] == "mappo"
+
+    own = throughput.file_hyper
+
+    def diverging(path, runs):  # the file's, with a rate no update survives
+        preset, hyper = own(path, runs)
+        return preset, hyper.replace(lr=np.full_like(hyper.lr, np.nan))
+
+    monkeypatch.setattr(throughput, "file_hyper", diverging)
+    assert throughput.main(argv) == 0
+    (line,) = [json.loads(out) for out in capsys.readouterr().out.splitlines()]
+    assert line["error"] == "non-finite policy loss in the timed updates" and "env_steps_per_s" not in line

@@ -359,11 +359,23 @@ def test_the_optimiser_steps_with_the_annealed_rate(one_batch):
         assert any(not np.array_equal(a, b) for a, b in zip(leaves(opt_state), leaves(state.opt_state)))
 
 
-def test_run_group_refuses_an_annealed_rate_without_a_horizon():
+def test_run_group_and_trainer_start_refuse_an_annealed_rate_without_a_horizon():
+    """A horizon of 0 is the run's own length only once resolved (``with_horizon``); left at 0
+    the first update's rate is 0 / 0. Both ways in refuse it before building anything."""
     hyper = Hyper.stack([Hyper.create(support.ippo(8), lr_horizon=4), Hyper.create(support.ippo(8))])
     runs = [Run(0, "a", "a", 0), Run(1, "b", "b", 1)]
-    with pytest.raises(ValueError, match=r"Config.anneal_lr needs each run's Hyper.lr_horizon > 0"):
+    refused = r"Config.anneal_lr needs each run's Hyper.lr_horizon > 0"
+    with pytest.raises(ValueError, match=refused):
         run_group(trainer(TINY), hyper, np.array([0, 1]), Group(TINY, runs, 4))
+    tr = trainer(TINY)
+    keys, built = jax.vmap(jax.random.PRNGKey)(jnp.arange(2, dtype=jnp.uint32)), dict(tr.compiles)
+    with pytest.raises(ValueError, match=refused):
+        tr.start(keys, hyper)
+    assert tr.compiles == built  # nothing traced
+    # resolved, the same runs start, and learn at a finite rate
+    state = tr.start(keys, hyper.with_horizon(4))
+    _, metrics = tr.chunk_runs(state, hyper.with_horizon(4))
+    assert np.all(np.isfinite(np.asarray(metrics["lr"]))) and np.all(np.asarray(metrics["lr"]) > 0)
 
 
 def test_the_cli_trains_with_a_shared_trunk_and_an_annealed_rate(tmp_path):

@@ -33,7 +33,7 @@ from jaxpo.core.rollout import rollout
 from jaxpo.core.support import ippo
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.learner import Learner, TrainState
-from jaxpo.program.parallel import ENV_AXIS, make_mesh
+from jaxpo.program.parallel import ENV_AXIS, gather, make_mesh
 
 # XLA options of the init program, which runs once per group of runs: built for compile
 # time, not speed (``init_compiler_options``).
@@ -113,6 +113,26 @@ def _known_cpu_options(wanted: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
             continue
         options[name] = value
     return options
+
+
+def check_lr_horizon(config: Config, lr_horizon: Any) -> None:
+    """Refuses runs that would anneal their learning rate over no updates.
+
+    With ``Config.anneal_lr`` the rate is ``lr · max(0, 1 − update / lr_horizon)``; an
+    ``lr_horizon`` of 0 means the run's own length, which only the caller knows
+    (``Hyper.with_horizon``, as ``jaxpo.train`` and sweeps resolve it). Left at 0, the
+    first update's rate is 0 / 0 and every parameter NaN from then on.
+
+    Args:
+        config: the program's static configuration.
+        lr_horizon: the runs' ``Hyper.lr_horizon`` (host values, ``[R]``).
+
+    Raises:
+        ValueError: ``config.anneal_lr`` and a run's ``lr_horizon`` is not positive.
+    """
+    if config.anneal_lr and not np.all(np.asarray(lr_horizon) > 0):
+        raise ValueError("Config.anneal_lr needs each run's Hyper.lr_horizon > 0 (the updates it anneals over): "
+                         "use hyper.with_horizon(num_updates), as jaxpo.train and sweeps do")
 
 
 class Trainer:
@@ -352,7 +372,11 @@ class Trainer:
 
         Returns:
             The runs' initial ``TrainState`` ``[R, ...]``, as ``init_runs`` returns it.
+
+        Raises:
+            ValueError: ``Config.anneal_lr`` without each run's ``lr_horizon`` (``check_lr_horizon``).
         """
+        check_lr_horizon(self.config, gather(hyper.lr_horizon))
         init = self.init_runs.lower(keys, hyper)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxpo-init-compile") as pool:
             built = pool.submit(init.compile)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxpo.program.config import Hyper
-from jaxpo.program.compiled import Trainer
+from jaxpo.program.compiled import Trainer, check_lr_horizon
 from jaxpo.program.learner import TrainState
 from jaxpo.program.parallel import gather, padded_size, put
 from jaxpo.run.events import ChunkEvent, Group, Hook, chunk_updates
@@ -77,9 +77,7 @@ def run_group(tr: Trainer, hyper: Hyper, seeds: np.ndarray, group: Group, hooks:
     Every process of a multi-process run calls this with the same arguments.
     """
     num_runs = len(seeds)
-    if tr.config.anneal_lr and not np.all(np.asarray(hyper.lr_horizon) > 0):
-        raise ValueError("Config.anneal_lr needs each run's Hyper.lr_horizon > 0 (the updates it anneals over): "
-                         "use hyper.with_horizon(num_updates), as jaxpo.train and sweeps do")
+    check_lr_horizon(tr.config, hyper.lr_horizon)  # before a resumed group's chunks, too
     guard = guard or NanGuard()
     size = padded_size(pad_to or num_runs, tr.run_multiple)
     keys = np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.asarray(np.asarray(seeds), jnp.uint32)))
