@@ -15,6 +15,7 @@ import pytest
 import jaxpo
 from jaxpo.core import support
 from jaxpo import Config, Hyper, runs, train, trainer
+from jaxpo.program.compiled import over_runs
 from jaxpo.run.report import read_csv
 
 UPDATES = 4
@@ -78,6 +79,20 @@ def test_vmapped_runs_are_independent_of_their_batch_companions(batch, result):
     permuted = train(TINY, jax.tree.map(lambda x: x[perm], hyper), seeds[perm], num_updates=UPDATES, progress=False)
     for name in ("return", "policy_loss", "value_loss", "entropy"):
         np.testing.assert_allclose(permuted.metrics[name], result.metrics[name][perm], rtol=1e-5, atol=1e-6)
+
+
+def test_a_lone_run_is_its_batch_s_computation_traced_without_vmap(batch, result):
+    """One run (or one per device) calls the learner directly, where a batch vmaps it
+    (``over_runs``): run 3 trained alone gives what it gave among four."""
+    hyper, seeds, labels = batch
+    alone = train(TINY, jax.tree.map(lambda x: x[3:], hyper), seeds[3:], num_updates=UPDATES, progress=False)
+    for name in ("return", "policy_loss", "value_loss", "entropy", "grad_norm"):
+        np.testing.assert_allclose(alone.metrics[name][0], result.metrics[name][3], rtol=1e-5, atol=1e-6)
+    seen = []
+    double = over_runs(lambda x: seen.append(isinstance(x, jax.core.Tracer)) or 2 * x)
+    for runs in (1, 2):
+        np.testing.assert_array_equal(double(np.ones((runs, 3))), np.full((runs, 3), 2.0))
+    assert seen == [False, True]  # one run: its own values, not a batch tracer
 
 
 def test_traced_lr_and_support_change_the_result(result):

@@ -1,4 +1,4 @@
-"""The compiled program: a ``Learner``'s functions vmapped over a leading run axis R,
+"""The compiled program: a ``Learner``'s functions mapped over a leading run axis R,
 laid out on a device mesh (``jaxpo.program.parallel``) and jitted.
 
 ``Trainer.start`` (``init_runs``, with the chunk built beside it) and ``chunk_runs`` are
@@ -135,6 +135,31 @@ def check_lr_horizon(config: Config, lr_horizon: Any) -> None:
                          "use hyper.with_horizon(num_updates), as jaxpo.train and sweeps do")
 
 
+def over_runs(fn: Callable) -> Callable:
+    """``fn`` of one run, mapped over the leading run axis R of its arguments and outputs.
+
+    Where the arguments hold one run (a lone run, or one per device in the ``"runs"``
+    layout), ``fn`` is called on it directly, the axis taken off and put back: the same
+    computation, traced without ``vmap``'s batching pass over everything ``fn`` traces
+    (``docs/speed.md``, "Startup"). Otherwise ``jax.vmap(fn)``.
+
+    Args:
+        fn: one run's function (``Learner.init``, ``Learner.chunk``).
+
+    Returns:
+        A function of leaves ``[R, ...]`` returning leaves ``[R, ...]``.
+    """
+    batched = jax.vmap(fn)
+
+    def mapped(*args):
+        if {np.shape(x)[0] for x in jax.tree.leaves(args)} != {1}:
+            return batched(*args)
+        out = fn(*jax.tree.map(lambda x: x[0], args))
+        return jax.tree.map(lambda x: x[None], out)
+
+    return mapped
+
+
 class Trainer:
     """The compiled training program for one static ``Config`` on ``devices``.
 
@@ -184,7 +209,7 @@ class Trainer:
         self.compiles = {"init": 0, "chunk": 0}
         self.state_sharding, self.run_sharding, self._chunk_program = self._layout()
         self.compiler_options = None if xla_defaults else compiler_options(platform)
-        self.init_runs = jax.jit(self._counted("init", jax.vmap(self.learner.init)),
+        self.init_runs = jax.jit(self._counted("init", over_runs(self.learner.init)),
                                  in_shardings=self.run_sharding, out_shardings=self.state_sharding,
                                  compiler_options=None if xla_defaults else init_compiler_options(platform))
         self.chunk_runs = jax.jit(self._counted("chunk", self._chunk_program), donate_argnums=0,
@@ -270,7 +295,7 @@ class Trainer:
 
     def _layout(self) -> tuple[Any, NamedSharding, Any]:
         """``(state sharding, sharding of per-run inputs and metrics, batched chunk)``."""
-        chunk = jax.vmap(self.learner.chunk)
+        chunk = over_runs(self.learner.chunk)
         if self.config.parallel == "runs":
             # Mapped per device, not only sharded: a data-dependent loop (the rollout's
             # bootstrap blocks) then stops on each device's own runs, where a sharded
