@@ -21,6 +21,7 @@ from jaxpo.core import support
 from jaxpo.core.networks import MASKED_LOGIT, ActorCritic
 from jaxpo.program.compiled import trainer
 from jaxpo.program.learner import Learner, learning_rate
+from jaxpo.program.parallel import put
 from jaxpo.run.driver import run_group
 from jaxpo.run.events import Group, Run
 from jaxpo.run.report import read_csv
@@ -369,8 +370,9 @@ def test_run_group_and_trainer_start_refuse_an_annealed_rate_without_a_horizon()
         run_group(trainer(TINY), hyper, np.array([0, 1]), Group(TINY, runs, 4))
     tr = trainer(TINY)
     keys, built = jax.vmap(jax.random.PRNGKey)(jnp.arange(2, dtype=jnp.uint32)), dict(tr.compiles)
-    with pytest.raises(ValueError, match=refused):
-        tr.start(keys, hyper)
+    for given in (hyper, put(hyper, tr.run_sharding)):  # host values, and placed as the driver places them
+        with pytest.raises(ValueError, match=refused):
+            tr.start(keys, given)
     assert tr.compiles == built  # nothing traced
     # resolved, the same runs start, and learn at a finite rate
     state = tr.start(keys, hyper.with_horizon(4))

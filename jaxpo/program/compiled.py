@@ -33,7 +33,7 @@ from jaxpo.core.rollout import rollout
 from jaxpo.core.support import ippo
 from jaxpo.program.config import Config, Hyper
 from jaxpo.program.learner import Learner, TrainState
-from jaxpo.program.parallel import ENV_AXIS, gather, make_mesh
+from jaxpo.program.parallel import ENV_AXIS, make_mesh
 
 # XLA options of the init program, which runs once per group of runs: built for compile
 # time, not speed (``init_compiler_options``).
@@ -125,12 +125,16 @@ def check_lr_horizon(config: Config, lr_horizon: Any) -> None:
 
     Args:
         config: the program's static configuration.
-        lr_horizon: the runs' ``Hyper.lr_horizon`` (host values, ``[R]``).
+        lr_horizon: the runs' ``Hyper.lr_horizon`` ``[R]``: host values, or a global array
+            of which this process checks its own shards (every process holds the same
+            values, so none waits on another).
 
     Raises:
         ValueError: ``config.anneal_lr`` and a run's ``lr_horizon`` is not positive.
     """
-    if config.anneal_lr and not np.all(np.asarray(lr_horizon) > 0):
+    shards = lr_horizon.addressable_shards if isinstance(lr_horizon, jax.Array) else ()
+    values = [np.asarray(s.data) for s in shards] or [np.asarray(lr_horizon)]
+    if config.anneal_lr and not all(np.all(v > 0) for v in values):
         raise ValueError("Config.anneal_lr needs each run's Hyper.lr_horizon > 0 (the updates it anneals over): "
                          "use hyper.with_horizon(num_updates), as jaxpo.train and sweeps do")
 
@@ -401,7 +405,7 @@ class Trainer:
         Raises:
             ValueError: ``Config.anneal_lr`` without each run's ``lr_horizon`` (``check_lr_horizon``).
         """
-        check_lr_horizon(self.config, gather(hyper.lr_horizon))
+        check_lr_horizon(self.config, hyper.lr_horizon)
         init = self.init_runs.lower(keys, hyper)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxpo-init-compile") as pool:
             built = pool.submit(init.compile)
