@@ -20,13 +20,14 @@ import optax
 from flax import struct
 
 import jaxpo.envs as envs
-from jaxpo.core import diagnostics, happo, losses, state_supports, valuenorm
+from jaxpo.core import accumulate, diagnostics, happo, losses, state_supports, valuenorm
 from jaxpo.core.axes import pmean, pmean_metrics
 from jaxpo.core.gae import gae
 from jaxpo.core.kernels import Unroll, for_platform
 from jaxpo.core.networks import ActorCritic
 from jaxpo.core.rollout import RolloutState, critic_input_dim, epochs, reset, rollout, to_sequences
 from jaxpo.program.config import Config, Hyper
+from jaxpo.program.optimiser import clipped_adam, learning_rate
 
 
 @struct.dataclass
@@ -55,22 +56,6 @@ class TrainState:
     value_norm: valuenorm.ValueNormState | None  # [N] statistics; None without value_norm
     key: jax.Array
     update: jax.Array  # int32 [] — train steps done
-
-
-def _optimizer(hyper: Hyper, lr: jax.Array | None = None) -> optax.GradientTransformation:
-    # Built inside the traced function: lr and max_grad_norm are traced arrays.
-    lr = hyper.lr if lr is None else lr
-    return optax.chain(optax.clip_by_global_norm(hyper.max_grad_norm), optax.adam(lr, eps=1e-5))
-
-
-def learning_rate(config: Config, hyper: Hyper, update: jax.Array) -> jax.Array:
-    """The learning rate of update ``update`` (train steps done before it, from 0):
-    ``lr``, or with ``anneal_lr`` ``lr · max(0, 1 − update / lr_horizon)`` — JaxMARL's
-    and Mava's ``1 − (count // (epochs · minibatches)) / num_updates``, which is
-    constant within an update. The optimiser state is the same either way."""
-    if not config.anneal_lr:
-        return hyper.lr
-    return hyper.lr * jnp.maximum(0.0, 1.0 - update / hyper.lr_horizon)
 
 
 class Learner:
@@ -106,6 +91,7 @@ class Learner:
         hops = config.interaction_hops
         self.per_state = None if hops is None else state_supports.PerState(self.env, hops)
         conv = config.cnn_layers(self.env)
+        self.image_obs = bool(conv)
         self.net = ActorCritic.create(
             num_agents=self.env.num_agents, obs_dim=self.env.obs_dim, num_actions=self.env.num_actions,
             critic_dim=self.critic_dim,
@@ -129,7 +115,7 @@ class Learner:
     def init(self, key: jax.Array, hyper: Hyper) -> TrainState:
         key_params, key_env, key = jax.random.split(key, 3)
         params = self.net.init(key_params)
-        optimizer = _optimizer(hyper)
+        optimizer = clipped_adam(hyper)
         if self.config.scheme == "sequential":  # one Adam state per agent actor, as in HARL
             opt_state = {"actor": happo.init_opt_state(optimizer, params["actor"]),
                          "critic": optimizer.init(params["critic"])}
@@ -238,7 +224,7 @@ class Learner:
             loss, metrics = loss_fn(*args)
             return pmean(loss, self.axis), pmean_metrics(metrics, self.axis)
 
-        grad_fn = jax.value_and_grad(mean_loss, has_aux=True)
+        grad_fn = accumulate.blockwise(jax.value_and_grad(mean_loss, has_aux=True), self.gradient_blocks(data), 3)
 
         def minibatch_update(carry, minibatch):
             params, opt_state, norm = carry
@@ -253,6 +239,18 @@ class Learner:
 
         return epochs(minibatch_update, (params, opt_state, value_norm), data, key, cfg.num_epochs, cfg.num_minibatches,
                       self.platform, self.unroll.minibatch)
+
+    def gradient_blocks(self, data: Any) -> int:
+        """How many equal blocks each minibatch's gradient is computed in, for ``data``
+        (``training_data``'s, leaves ``[B, ...]``): the platform's ``gradient_rows``
+        (``jaxpo.core.accumulate``) for a feed-forward network of dense layers on one
+        device whose loss is a mean over all rows; otherwise 1. A recurrent network would
+        replay fewer sequences per step, a CNN's blocks were never measured, masked
+        metrics (``active``) are means over unequal counts, and each block would add
+        the devices' collectives."""
+        cfg, samples = self.config, jax.tree.leaves(data)[0].shape[0] // self.config.num_minibatches
+        one_pass = cfg.recurrent or self.image_obs or data[0].active is not None or self.axis is not None
+        return 1 if one_pass else accumulate.gradient_blocks(samples, self.num_agents, self.kernels.gradient_rows)
 
     def advantages(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[jax.Array, jax.Array]:
         """``(advantages, value targets)``, each ``[T, E, N]``, for a rollout ``traj``.
@@ -315,7 +313,7 @@ class Learner:
         each metric ``[num_epochs, num_minibatches]`` (exact HAPPO: the actors' and the
         critics' metrics, as ``happo.sequential_actor_update`` and ``_epochs`` shape them)."""
         cfg = self.config
-        optimizer = _optimizer(hyper, learning_rate(cfg, hyper, state.update))
+        optimizer = clipped_adam(hyper, learning_rate(cfg, hyper, state.update))
         if cfg.scheme == "simultaneous":
             return self._epochs(self._loss, state.params, state.opt_state, state.value_norm, data, self._own(key),
                                 optimizer, hyper)

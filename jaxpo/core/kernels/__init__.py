@@ -14,12 +14,14 @@ a checkpoint trained on one platform runs on another. A kernel set:
 * ``dense_pair(x, (k1, b1), (k2, b2), activation) -> (y1, y2)``: two layers on one input
 * ``permutation(key, n) -> int32 [n]``: the epoch shuffle
 
-and three choices of schedule, which change how the values are computed, not the values:
+and four choices of schedule, which change how the values are computed, not the values:
 the platform's ``unroll`` (how many iterations of the rollout, GAE and minibatch loops
 each ``lax.scan`` iteration runs; ``Config.unroll`` overrides it for all three), its
 ``bootstrap`` (``jaxpo.core.rollout.bootstrap_values``: the few reached observations
-gathered in a data-dependent loop, or all of them in one pass) and its ``pack_stores``
-(``jaxpo.core.rollout.Stores``).
+gathered in a data-dependent loop, or all of them in one pass), its ``pack_stores``
+(``jaxpo.core.rollout.Stores``) and its ``gradient_rows`` (a feed-forward network's
+minibatch gradient computed over blocks of at most this many rows,
+``jaxpo.core.accumulate``; None: in one pass).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class Kernels:
         unroll: the loops' unrolling on this platform.
         bootstrap: ``"gather"`` or ``"all"`` (``jaxpo.core.rollout.bootstrap_values``).
         pack_stores: the per-step loops store one wide array per dtype (``jaxpo.core.rollout.Stores``).
+        gradient_rows: the most rows (samples × agents) of a block of a feed-forward
+            network's minibatch gradient (``jaxpo.core.accumulate``); None: one block.
     """
 
     name: str
@@ -68,9 +72,13 @@ class Kernels:
     unroll: Unroll = Unroll()
     bootstrap: str = "gather"
     pack_stores: bool = False
+    gradient_rows: int | None = None
 
 
-CPU = Kernels("cpu", cpu.matmul, cpu.affine, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation)
+# On XLA:CPU, blocks of a few thousand rows keep a feed-forward network's activations in
+# the cache through its forward and backward passes (docs/speed.md).
+CPU = Kernels("cpu", cpu.matmul, cpu.affine, cpu.conv, cpu.gru_scan, cpu.dense_pair, cpu.permutation,
+              gradient_rows=4096)
 # XLA:GPU launches each kernel of a GAE step on its own (too few for a CUDA graph) and
 # fuses the whole unrolled recursion into the few kernels of one step; the bootstrap's
 # data-dependent loop costs a device-to-host wait per iteration; each narrow per-step
