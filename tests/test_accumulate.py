@@ -49,13 +49,13 @@ def test_blocks_combine_to_the_whole_batch_s_loss_metrics_and_gradient():
     assert not np.allclose(whole(params, x[:6], y[:6], 2.0)[1]["w"], w_grads["w"])
 
 
-def _learner(rows, **changes):
+def _learner(rows, axis=None, **changes):
     from jaxpo import Config
     from jaxpo.program.learner import Learner
 
     config = Config(**{**dict(env="MPE_simple_spread_v3", num_envs=8, num_steps=16, num_epochs=2,
                               num_minibatches=2, hidden=(16, 16)), **changes})
-    learner = Learner(config, platform="cpu")
+    learner = Learner(config, axis, platform="cpu")
     learner.kernels = dataclasses.replace(learner.kernels, gradient_rows=rows)
     return learner
 
@@ -93,14 +93,30 @@ def test_a_learner_s_gradient_in_blocks_trains_the_same(scheme):
 @pytest.mark.parametrize("changes", [
     dict(recurrent=True),  # a GRU would replay fewer sequences a step
     dict(env="HeuristicEnemySMAX", env_kwargs={"scenario": "3m"}),  # masked metrics: means over unequal counts
+    dict(env="overcooked", num_envs=2),  # a CNN's blocks were never measured
     dict(),  # the control: the same learner otherwise blocks
 ])
 def test_no_blocks_where_they_would_not_pay_or_not_combine(changes):
     from jaxpo import Hyper
     from jaxpo.core import support
 
-    learner = _learner(24, **changes)
+    learner = _learner(8, **changes)
+    assert learner.image_obs == (changes.get("env") == "overcooked")
     hyper = Hyper.create(support.ippo(learner.num_agents))
     state = jax.eval_shape(learner.init, jax.random.PRNGKey(0), hyper)
     data = jax.eval_shape(lambda s: learner.collect(s, hyper)[2], state)
-    assert learner.gradient_blocks(data) == (8 if not changes else 1)
+    assert learner.gradient_blocks(data) == (1 if changes else 32)  # 64 samples × 3 agents, 6 rows a block
+
+
+def test_a_data_parallel_learner_keeps_one_pass():
+    """Each block would add the devices' collectives: the same learner on an axis of devices."""
+    from jaxpo import Hyper
+    from jaxpo.core import support
+    from jaxpo.program.parallel import ENV_AXIS
+
+    learner = _learner(8)
+    hyper = Hyper.create(support.ippo(learner.num_agents))
+    state = jax.eval_shape(learner.init, jax.random.PRNGKey(0), hyper)
+    data = jax.eval_shape(lambda s: learner.collect(s, hyper)[2], state)
+    assert learner.gradient_blocks(data) == 32
+    assert _learner(8, axis=ENV_AXIS).gradient_blocks(data) == 1

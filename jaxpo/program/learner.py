@@ -224,7 +224,8 @@ class Learner:
             loss, metrics = loss_fn(*args)
             return pmean(loss, self.axis), pmean_metrics(metrics, self.axis)
 
-        grad_fn = accumulate.blockwise(jax.value_and_grad(mean_loss, has_aux=True), self.gradient_blocks(data), 3)
+        grad_fn = accumulate.blockwise(jax.value_and_grad(mean_loss, has_aux=True), self.gradient_blocks(data),
+                                       num_row_args=3)  # (batch, advantages, targets)
 
         def minibatch_update(carry, minibatch):
             params, opt_state, norm = carry
