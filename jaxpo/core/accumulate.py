@@ -16,6 +16,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from jaxpo.core.axes import is_maximum
+
 
 def gradient_blocks(samples: int, rows_per_sample: int, max_rows: int | None) -> int:
     """How many equal blocks a minibatch's gradient is computed in.
@@ -37,8 +39,8 @@ def gradient_blocks(samples: int, rows_per_sample: int, max_rows: int | None) ->
 
 def combine_metrics(metrics: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """Metrics of equal blocks, stacked ``[blocks]``, as the whole batch's: maxima
-    (``*_max``) by their maximum, everything else by its mean."""
-    return {k: jnp.max(v, axis=0) if k.endswith("_max") else jnp.mean(v, axis=0) for k, v in metrics.items()}
+    (``jaxpo.core.axes.is_maximum``) by their maximum, everything else by its mean."""
+    return {k: jnp.max(v, axis=0) if is_maximum(k) else jnp.mean(v, axis=0) for k, v in metrics.items()}
 
 
 def blockwise(value_and_grad: Callable, num_blocks: int, num_row_args: int) -> Callable:

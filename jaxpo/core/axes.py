@@ -16,12 +16,18 @@ def pmean(x: Any, axis_name: str | None) -> Any:
     return x if axis_name is None else jax.lax.pmean(x, axis_name)
 
 
+def is_maximum(name: str) -> bool:
+    """Whether the metric ``name`` is a maximum (``*_max``), which equal shares of a batch
+    combine by their maximum; every other metric is a mean, combined by the mean."""
+    return name.endswith("_max")
+
+
 def pmean_metrics(metrics: dict[str, Any], axis_name: str | None) -> dict[str, Any]:
     """Metrics of equal shares of a batch combined over ``axis_name``: maxima
-    (``*_max``) by ``pmax``, everything else by ``pmean``."""
+    (``is_maximum``) by ``pmax``, everything else by ``pmean``."""
     if axis_name is None:
         return metrics
-    return {k: jax.lax.pmax(v, axis_name) if k.endswith("_max") else jax.lax.pmean(v, axis_name)
+    return {k: jax.lax.pmax(v, axis_name) if is_maximum(k) else jax.lax.pmean(v, axis_name)
             for k, v in metrics.items()}
 
 
