@@ -619,19 +619,27 @@ def _child_argv(args, num_envs: int, runs: int) -> list[str]:
     return argv
 
 
+def from_config_file(args) -> None:
+    """Sets ``args``' env, its arguments, T and the support preset to the ``--config`` file's,
+    and E and the layout where the command line leaves them out: every record, and the
+    env-only kinds' environments, are then the file's, in the parent and in a ``--single``
+    process alike."""
+    from jaxpo.experiments.experiment import load_yaml
+
+    experiment = load_yaml(args.config)
+    cfg = experiment.config
+    args.env, args.env_arg, args.num_steps = cfg.env, list(cfg.env_args.items()), cfg.num_steps
+    args.preset, args.num_envs = experiment.support.preset, args.num_envs or [cfg.num_envs]
+    args.parallel = args.parallel or cfg.parallel
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.matched:
         for name, value in MATCHED.items():
             setattr(args, name, value)
-    if args.config and not args.single:  # the file's env and sizes, for every record and the env-only kind
-        from jaxpo.experiments.experiment import load_yaml
-
-        experiment = load_yaml(args.config)
-        cfg = experiment.config
-        args.env, args.env_arg, args.num_steps = cfg.env, list(cfg.env_args.items()), cfg.num_steps
-        args.preset, args.num_envs = experiment.support.preset, args.num_envs or [cfg.num_envs]
-        args.parallel = args.parallel or cfg.parallel
+    if args.config:
+        from_config_file(args)
     args.num_envs = args.num_envs or list(MATCHED_NUM_ENVS if args.matched else DEFAULT_NUM_ENVS)
     args.seeds = args.seeds or list(MATCHED_RUNS if args.matched else (1,))
     if min(args.num_envs) < 1 or min(args.seeds) < 1:

@@ -121,6 +121,20 @@ def test_cpu_devices_reach_both_sides_and_split_jaxpo_s_environments(monkeypatch
         throughput.main(["--phases", "--parallel", "envs", "--num-envs", "8"])
 
 
+def test_a_single_measurement_of_a_config_file_records_the_file_s_environment(monkeypatch):
+    """``--single --config FILE`` (the process the parent starts, or a user's own) measures and
+    labels the file's environment, not ``--env``'s default: the env-only kinds time that
+    environment, and every record names it."""
+    seen = []
+    monkeypatch.setattr(throughput, "single", seen.append)
+    smax = str(Path(__file__).resolve().parents[1] / "jaxpo/experiments/configs/jaxmarl_ippo_rnn_smax.yaml")
+    assert throughput.main(["--single", "--config", smax, "--num-envs", "8"]) == 0
+    (args,) = seen
+    assert (args.env, dict(args.env_arg)["scenario"], args.num_steps) == ("HeuristicEnemySMAX", "2s3z", 128)
+    assert (args.num_envs, args.preset) == ([8], "ippo")  # the command line's E, the file's support
+    assert throughput.build_parser().parse_args(["--single"]).env == "MPE_simple_spread_v3"  # the default it replaced
+
+
 def test_jaxpo_with_default_options_compiles_with_none_of_its_own(monkeypatch):
     """``--options default`` gives throughput.py ``--xla-defaults``, whose trainer's chunk then
     carries no compiler options (``compile`` adds its own to the jit's); the control, built the
