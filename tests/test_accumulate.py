@@ -120,3 +120,23 @@ def test_a_data_parallel_learner_keeps_one_pass():
     data = jax.eval_shape(lambda s: learner.collect(s, hyper)[2], state)
     assert learner.gradient_blocks(data) == 32
     assert _learner(8, axis=ENV_AXIS).gradient_blocks(data) == 1
+
+
+def test_config_gradient_rows_overrides_the_platform_s_block_size():
+    """``Config.gradient_rows`` sets the block size in place of the kernel set's: blocks where
+    the platform has none, one pass where it has some; a size that is not a positive
+    integer is refused before anything is built, naming the field."""
+    from jaxpo import Config, Hyper
+    from jaxpo.core import support
+
+    def blocks(learner):
+        hyper = Hyper.create(support.ippo(learner.num_agents))
+        state = jax.eval_shape(learner.init, jax.random.PRNGKey(0), hyper)
+        return learner.gradient_blocks(jax.eval_shape(lambda s: learner.collect(s, hyper)[2], state))
+
+    assert blocks(_learner(None, gradient_rows=24)) == 8  # 192 rows a minibatch: 8 blocks of 24
+    assert blocks(_learner(4096, gradient_rows=192)) == 1  # the whole minibatch fits one block
+    assert blocks(_learner(8)) == 32  # the kernel set's, where the config leaves it out
+    for bad in (0, -4, 2.5, "4096", True):
+        with pytest.raises(ValueError, match=r"Config\.gradient_rows must be a positive integer"):
+            Config(env="MPE_simple_spread_v3", gradient_rows=bad)

@@ -128,6 +128,10 @@ class Config:
         unroll: iterations of the rollout, GAE and minibatch loops per ``lax.scan``
             iteration (a positive integer), or None: the platform's own
             (``jaxpo.core.kernels.Kernels.unroll``). The schedule XLA compiles, not the values.
+        gradient_rows: the most rows (samples × agents) in a block of a feed-forward
+            minibatch's gradient (a positive integer; at least the minibatch's rows: one
+            pass), or None: the platform's own (``jaxpo.core.kernels.Kernels.gradient_rows``;
+            ``Learner.gradient_blocks`` says which networks use blocks). The schedule, not the values.
         parallel: how a program uses D devices: "runs" splits the runs (seeds, settings)
             over them; "envs" splits each run's environments over them, data parallel
             (num_envs must be a multiple of D), for runs too large for one device.
@@ -165,6 +169,7 @@ class Config:
     anneal_lr: bool = False
     seq_len: int | None = None
     unroll: int | None = None
+    gradient_rows: int | None = None
     parallel: Parallel = "runs"
     diagnostics: bool = False
 
@@ -206,8 +211,9 @@ class Config:
                 raise _invalid("seq_len", f"must be a positive integer or None, got {self.seq_len!r}")
             if self.num_steps % self.seq_len:
                 raise _invalid("seq_len", f"({self.seq_len}) must divide num_steps ({self.num_steps})")
-        if self.unroll is not None:
-            positive_int(self.unroll, "config.unroll", shown="Config.unroll")
+        for field in ("unroll", "gradient_rows"):  # None: the platform's own
+            if getattr(self, field) is not None:
+                positive_int(getattr(self, field), f"config.{field}", shown=f"Config.{field}")
         hops = self.interaction_hops
         if hops is not None and not (is_number(hops, integral=True) and hops >= 0):
             raise _invalid("interaction_hops", f"must be an integer >= 0 or None, got {self.interaction_hops!r}")

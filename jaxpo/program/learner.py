@@ -243,15 +243,16 @@ class Learner:
 
     def gradient_blocks(self, data: Any) -> int:
         """How many equal blocks each minibatch's gradient is computed in, for ``data``
-        (``training_data``'s, leaves ``[B, ...]``): the platform's ``gradient_rows``
-        (``jaxpo.core.accumulate``) for a feed-forward network of dense layers on one
+        (``training_data``'s, leaves ``[B, ...]``): ``Config.gradient_rows``, by default the
+        platform's (``jaxpo.core.accumulate``), for a feed-forward network of dense layers on one
         device whose loss is a mean over all rows; otherwise 1. A recurrent network would
         replay fewer sequences per step, a CNN's blocks were never measured, masked
         metrics (``active``) are means over unequal counts, and each block would add
         the devices' collectives."""
         cfg, samples = self.config, jax.tree.leaves(data)[0].shape[0] // self.config.num_minibatches
         one_pass = cfg.recurrent or self.image_obs or data[0].active is not None or self.axis is not None
-        return 1 if one_pass else accumulate.gradient_blocks(samples, self.num_agents, self.kernels.gradient_rows)
+        rows = self.kernels.gradient_rows if cfg.gradient_rows is None else cfg.gradient_rows
+        return 1 if one_pass else accumulate.gradient_blocks(samples, self.num_agents, rows)
 
     def advantages(self, state: TrainState, traj: Any, hyper: Hyper) -> tuple[jax.Array, jax.Array]:
         """``(advantages, value targets)``, each ``[T, E, N]``, for a rollout ``traj``.

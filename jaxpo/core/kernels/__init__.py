@@ -21,7 +21,7 @@ each ``lax.scan`` iteration runs; ``Config.unroll`` overrides it for all three),
 gathered in a data-dependent loop, or all of them in one pass), its ``pack_stores``
 (``jaxpo.core.rollout.Stores``) and its ``gradient_rows`` (a feed-forward network's
 minibatch gradient computed over blocks of at most this many rows,
-``jaxpo.core.accumulate``; None: in one pass).
+``jaxpo.core.accumulate``; None: in one pass; ``Config.gradient_rows`` overrides it).
 """
 
 from __future__ import annotations
