@@ -60,6 +60,16 @@ def _learner(rows, axis=None, **changes):
     return learner
 
 
+def _training_data(learner):
+    """The shapes of one rollout's training data (``Learner.collect``'s), traced only."""
+    from jaxpo import Hyper
+    from jaxpo.core import support
+
+    hyper = Hyper.create(support.ippo(learner.num_agents))
+    state = jax.eval_shape(learner.init, jax.random.PRNGKey(0), hyper)
+    return jax.eval_shape(lambda s: learner.collect(s, hyper)[2], state)
+
+
 def _two_steps(learner):
     from jaxpo import Hyper
     from jaxpo.core import support
@@ -97,27 +107,18 @@ def test_a_learner_s_gradient_in_blocks_trains_the_same(scheme):
     dict(),  # the control: the same learner otherwise blocks
 ])
 def test_no_blocks_where_they_would_not_pay_or_not_combine(changes):
-    from jaxpo import Hyper
-    from jaxpo.core import support
-
     learner = _learner(8, **changes)
     assert learner.image_obs == (changes.get("env") == "overcooked")
-    hyper = Hyper.create(support.ippo(learner.num_agents))
-    state = jax.eval_shape(learner.init, jax.random.PRNGKey(0), hyper)
-    data = jax.eval_shape(lambda s: learner.collect(s, hyper)[2], state)
+    data = _training_data(learner)
     assert learner.gradient_blocks(data) == (1 if changes else 32)  # 64 samples × 3 agents, 6 rows a block
 
 
 def test_a_data_parallel_learner_keeps_one_pass():
     """Each block would add the devices' collectives: the same learner on an axis of devices."""
-    from jaxpo import Hyper
-    from jaxpo.core import support
     from jaxpo.program.parallel import ENV_AXIS
 
     learner = _learner(8)
-    hyper = Hyper.create(support.ippo(learner.num_agents))
-    state = jax.eval_shape(learner.init, jax.random.PRNGKey(0), hyper)
-    data = jax.eval_shape(lambda s: learner.collect(s, hyper)[2], state)
+    data = _training_data(learner)
     assert learner.gradient_blocks(data) == 32
     assert _learner(8, axis=ENV_AXIS).gradient_blocks(data) == 1
 
@@ -126,14 +127,9 @@ def test_config_gradient_rows_overrides_the_platform_s_block_size():
     """``Config.gradient_rows`` sets the block size in place of the kernel set's: blocks where
     the platform has none, one pass where it has some; a size that is not a positive
     integer is refused before anything is built, naming the field."""
-    from jaxpo import Config, Hyper
-    from jaxpo.core import support
+    from jaxpo import Config
 
-    def blocks(learner):
-        hyper = Hyper.create(support.ippo(learner.num_agents))
-        state = jax.eval_shape(learner.init, jax.random.PRNGKey(0), hyper)
-        return learner.gradient_blocks(jax.eval_shape(lambda s: learner.collect(s, hyper)[2], state))
-
+    blocks = lambda learner: learner.gradient_blocks(_training_data(learner))
     assert blocks(_learner(None, gradient_rows=24)) == 8  # 192 rows a minibatch: 8 blocks of 24
     assert blocks(_learner(4096, gradient_rows=192)) == 1  # the whole minibatch fits one block
     assert blocks(_learner(8)) == 32  # the kernel set's, where the config leaves it out
